@@ -1,0 +1,73 @@
+"""The ``conductor`` command.
+
+Each subcommand lives in its own module of this package and exposes a click command named
+``command``; modules are imported only when their subcommand runs, so ``conductor --help`` stays
+fast and a missing optional dependency only affects the subcommand that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from conductor_core import __version__
+from conductor_core.errors import ConductorError
+
+# subcommand name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "solve": ("conductor_core.cli.solve", "Plan, run and answer a question on a worker pool."),
+    "plan": ("conductor_core.cli.plan", "Ask the Conductor for a plan only (no execution)."),
+    "parse": ("conductor_core.cli.parse", "Parse raw Conductor output; print the plan or error."),
+    "simulate": ("conductor_core.cli.simulate", "Simulated worker pool (OpenAI-compatible server)."),
+    "grade": ("conductor_core.cli.grade", "Grade a file of answers against a file of problems."),
+    "tasks": ("conductor_core.cli.tasks", "Benchmark sources: export problems as JSONL."),
+    "curate": ("conductor_core.cli.curate", "Curate a training dataset (gated by expectations)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when it is invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name, (mod, _) in SUBCOMMANDS.items() if _module_exists(mod))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module_name, short_help = SUBCOMMANDS[cmd_name]
+        if not _module_exists(module_name):
+            return None
+        module = importlib.import_module(module_name)
+        cmd: click.Command = module.command
+        cmd.short_help = cmd.short_help or short_help
+        return cmd
+
+
+def _module_exists(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="conductor")
+def cli() -> None:
+    """Conductor: learned orchestration of LLM worker pools."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors become one clear line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="conductor", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except ConductorError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
