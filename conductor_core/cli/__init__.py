@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "solve": ("conductor_core.cli.solve", "Plan, run and answer a question on a worker pool."),
     "plan": ("conductor_core.cli.plan", "Ask the Conductor for a plan only (no execution)."),
     "parse": ("conductor_core.cli.parse", "Parse raw Conductor output; print the plan or error."),
-    "simulate": ("conductor_core.cli.simulate", "Simulated worker pool (OpenAI-compatible server)."),
+    "simulate": ("conductor_core.cli.simulate", "Simulated workers and their HTTP server."),
     "grade": ("conductor_core.cli.grade", "Grade a file of answers against a file of problems."),
     "tasks": ("conductor_core.cli.tasks", "Benchmark sources: export problems as JSONL."),
     "curate": ("conductor_core.cli.curate", "Curate a training dataset (gated by expectations)."),

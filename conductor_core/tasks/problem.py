@@ -120,7 +120,9 @@ def read_problems(path: str | Path) -> list[Problem]:
         return read_parquet(path)
     if suffix in (".jsonl", ".json"):
         return read_jsonl(path)
-    raise ProblemFileError(f"unknown problem file type '{suffix}' for {path}: use .jsonl or .parquet")
+    raise ProblemFileError(
+        f"unknown problem file type '{suffix}' for {path}: use .jsonl or .parquet"
+    )
 
 
 _COLUMNS = ["id", "source", "domain", "question", "reference", "choices", "tests", "metadata"]

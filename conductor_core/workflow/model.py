@@ -81,11 +81,8 @@ class Workflow(BaseModel):
         the ids of the full pool.
         """
         lookup = dict(enumerate(mapping)) if isinstance(mapping, list) else mapping
-        return self.model_copy(
-            update={
-                "steps": tuple(s.model_copy(update={"worker": lookup[s.worker]}) for s in self.steps)
-            }
-        )
+        steps = tuple(s.model_copy(update={"worker": lookup[s.worker]}) for s in self.steps)
+        return self.model_copy(update={"steps": steps})
 
     def render(self) -> str:
         """Render the three lists as the Conductor writes them (parseable by the parser)."""

@@ -1,0 +1,145 @@
+"""The round loop: ask a plan source for a plan, run it, and optionally refine it recursively.
+
+This is the one loop that the CLI, training, evaluation and the gateway all call. It sits
+above the plan source (:mod:`conductor_core.policy`) and the executor
+(:mod:`conductor_core.workflow.executor`), neither of which imports the other.
+
+Round 1 asks for a plan; a plan that does not parse ends the question as a format error. Each
+further round shows the Conductor its previous plan and that plan's final answer; it writes a new
+plan or three empty lists (keep the answer). A later round whose plan does not parse, or whose
+execution is spoiled by infrastructure, keeps the previous answer. Budgets are shared by all rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
+from conductor_core.workflow.executor import UNLIMITED, Budget, EventHandler, WorkerCaller, execute
+from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.trace import RoundTrace, SolveTrace
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How a question is solved.
+
+    ``worker_ids`` offers a subset of the pool (adaptive pools): the Conductor sees them renumbered
+    0..k-1 and the plan is mapped back before execution. ``descriptions`` are shown per offered
+    worker in descriptor mode.
+    """
+
+    max_rounds: int = 1
+    max_steps: int = 5
+    access_mode: AccessMode = AccessMode.BINARY
+    budget: Budget = UNLIMITED
+    worker_ids: tuple[int, ...] | None = None
+    descriptors: bool = False
+    descriptions: tuple[str, ...] = field(default_factory=tuple)
+    answer_fallback: bool = False
+
+    def offered(self, pool_size: int) -> tuple[int, ...]:
+        """Pool ids offered to the Conductor, in the order it sees them."""
+        return self.worker_ids if self.worker_ids is not None else tuple(range(pool_size))
+
+
+async def solve(
+    question: str,
+    plan_source: PlanSource,
+    pool: WorkerCaller,
+    *,
+    options: SolveOptions | None = None,
+    sample_index: int = 0,
+    on_event: EventHandler | None = None,
+) -> SolveTrace:
+    """Solve ``question``: plan, execute and (optionally) refine. Returns the full trace."""
+    opts = options or SolveOptions()
+    offered = opts.offered(len(pool))
+    infos = tuple(
+        WorkerInfo(id=k, description=opts.descriptions[k] if k < len(opts.descriptions) else "")
+        for k in range(len(offered))
+    )
+    trace = SolveTrace(question=question)
+    wall0 = time.perf_counter()
+    previous: PreviousRound | None = None
+    answer: str | None = None
+
+    for r in range(max(1, opts.max_rounds)):
+        spent = trace.input_tokens + trace.output_tokens
+        budget = opts.budget.minus(spent, trace.cost, time.perf_counter() - wall0)
+        if r > 0 and _exhausted(budget):
+            break
+        request = PlanRequest(
+            question=question,
+            workers=infos,
+            max_steps=opts.max_steps,
+            access_mode=opts.access_mode,
+            descriptors=opts.descriptors,
+            previous=previous,
+            sample_index=sample_index,
+        )
+        if on_event is not None:
+            on_event({"type": "plan_start", "round": r})
+        result = await plan_source.plan(request)
+        rnd = RoundTrace(
+            round=r,
+            raw_plan=result.raw,
+            plan_error=result.error.to_dict() if result.error else None,
+            conductor_input_tokens=result.input_tokens,
+            conductor_output_tokens=result.output_tokens,
+            conductor_latency_s=result.latency_s,
+        )
+        trace.rounds.append(rnd)
+        if on_event is not None:
+            on_event(
+                {
+                    "type": "plan_end",
+                    "round": r,
+                    "raw": result.raw,
+                    "plan": result.workflow.to_dict() if result.workflow else None,
+                    "error": rnd.plan_error,
+                }
+            )
+        if result.workflow is None:
+            trace.format_error = r == 0
+            break
+        if result.workflow.is_keep:
+            rnd.kept_previous = r > 0
+            if r == 0:
+                trace.format_error = True
+            break
+        workflow = result.workflow.remap_workers(list(offered))
+        wf_trace = await execute(
+            workflow,
+            question,
+            pool,
+            budget=budget,
+            previous_answer=answer if r > 0 else None,
+            sample_index=sample_index,
+            answer_fallback=opts.answer_fallback,
+            on_event=on_event,
+        )
+        rnd.workflow = wf_trace
+        trace.calls += wf_trace.calls
+        trace.input_tokens += wf_trace.input_tokens
+        trace.output_tokens += wf_trace.output_tokens
+        trace.cost += wf_trace.cost
+        if wf_trace.infra_error:
+            trace.infra_error = r == 0
+            break
+        answer = wf_trace.answer
+        # The Conductor sees the plan in its offered numbering, exactly as it wrote it.
+        previous = PreviousRound(plan=result.workflow.render(), answer=answer or "")
+
+    trace.answer = answer
+    trace.wall_s = time.perf_counter() - wall0
+    return trace
+
+
+def _exhausted(budget: Budget) -> bool:
+    return (
+        budget.max_tokens == 0
+        or budget.max_cost == 0.0
+        or (budget.deadline_s is not None and budget.deadline_s <= 0)
+    )

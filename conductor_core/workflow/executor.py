@@ -1,0 +1,270 @@
+"""The executor: runs one parsed plan on a worker pool. It never calls the Conductor.
+
+Each step starts as soon as the steps it may read are done: with binary access a ``[]`` step starts
+at once and an ``["all"]`` step after every earlier step; with index access after the listed steps.
+Because a step only ever sees the steps its access grants, this gives the same results as running
+the steps strictly in order, and it is much faster when steps are independent.
+
+A step whose call finally fails is an infrastructure failure (recorded in the trace, never raised);
+steps that would read it are skipped. Budgets (steps, tokens, cost, wall-clock deadline) end the
+workflow early with a recorded reason: steps not yet started are skipped, steps in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from conductor_core.workers.config import WorkerConfig
+from conductor_core.workers.types import CallResult, ErrorKind, Messages
+from conductor_core.workflow.model import ALL, Workflow
+from conductor_core.workflow.trace import StepTrace, WorkflowTrace
+
+EventHandler = Callable[[dict[str, Any]], None]
+"""Receives executor events: ``step_start``, ``step_end``, ``step_skipped``, ``workflow_end``."""
+
+
+class WorkerCaller(Protocol):
+    """What the executor needs of a pool (``WorkerPool`` satisfies it)."""
+
+    def __len__(self) -> int: ...
+
+    def worker(self, worker_id: int) -> WorkerConfig:
+        """A worker's configuration (its model name goes into traces)."""
+        ...
+
+    async def call(
+        self,
+        worker_id: int,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        deadline: float | None = None,
+    ) -> CallResult:
+        """Call a worker; failures are returned as a CallResult with ``error`` set."""
+        ...
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-workflow limits; ``None`` means unlimited.
+
+    ``max_tokens`` counts input plus output tokens of every worker call; ``deadline_s`` is wall
+    time from the start of the workflow (calls still running then fail as ``deadline_exceeded``).
+    """
+
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    deadline_s: float | None = None
+
+    def minus(self, tokens: int, cost: float, wall_s: float) -> Budget:
+        """The budget left after spending ``tokens``, ``cost`` and ``wall_s`` (for later rounds)."""
+        return Budget(
+            max_steps=self.max_steps,
+            max_tokens=None if self.max_tokens is None else max(0, self.max_tokens - tokens),
+            max_cost=None if self.max_cost is None else max(0.0, self.max_cost - cost),
+            deadline_s=None if self.deadline_s is None else max(0.0, self.deadline_s - wall_s),
+        )
+
+
+UNLIMITED = Budget()
+
+
+def digest(text: str) -> str:
+    """Short stable digest of a prompt (sha256, 16 hex chars) for traces."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+async def execute(
+    workflow: Workflow,
+    question: str,
+    pool: WorkerCaller,
+    *,
+    budget: Budget = UNLIMITED,
+    previous_answer: str | None = None,
+    sample_index: int = 0,
+    answer_fallback: bool = False,
+    on_event: EventHandler | None = None,
+) -> WorkflowTrace:
+    """Run ``workflow`` for ``question`` on ``pool`` and return its trace.
+
+    ``previous_answer`` is the final answer of the previous recursion round: steps with ``"all"``
+    access see it. ``answer_fallback`` takes the last non-empty step output as the answer when the
+    last step produced none (useful in evaluation). Never raises for worker failures.
+    """
+    run = _Run(workflow, question, pool, budget, previous_answer, sample_index, on_event)
+    return await run.go(answer_fallback)
+
+
+class _Run:
+    """State of one execution: per-step completion events, results and budget accounting."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        question: str,
+        pool: WorkerCaller,
+        budget: Budget,
+        previous_answer: str | None,
+        sample_index: int,
+        on_event: EventHandler | None,
+    ) -> None:
+        from conductor_core.workflow.prompts import worker_message
+
+        self._worker_message = worker_message
+        self.wf = workflow
+        self.question = question
+        self.pool = pool
+        self.budget = budget
+        self.previous_answer = previous_answer
+        self.sample_index = sample_index
+        self.on_event = on_event
+        n = len(workflow.steps)
+        self.done = [asyncio.Event() for _ in range(n)]
+        self.traces: list[StepTrace | None] = [None] * n
+        self.tokens = 0
+        self.cost = 0.0
+        self.stopped: str | None = None
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+        self.deadline = None if budget.deadline_s is None else self.t0 + budget.deadline_s
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _now(self) -> float:
+        return self.loop.time() - self.t0
+
+    async def go(self, answer_fallback: bool) -> WorkflowTrace:
+        wall0 = time.perf_counter()
+        if self.wf.steps:
+            await asyncio.gather(*(self._step(i) for i in range(len(self.wf.steps))))
+        steps = [t for t in self.traces if t is not None]
+        trace = self._finish(steps, answer_fallback)
+        trace.wall_s = time.perf_counter() - wall0
+        self._emit({"type": "workflow_end", "answer": trace.answer, "stopped": trace.stopped})
+        return trace
+
+    def _budget_exceeded(self) -> str | None:
+        b = self.budget
+        if b.max_tokens is not None and self.tokens >= b.max_tokens:
+            return "max_tokens"
+        if b.max_cost is not None and self.cost >= b.max_cost:
+            return "max_cost"
+        if self.deadline is not None and self.loop.time() >= self.deadline:
+            return "deadline"
+        return None
+
+    async def _step(self, i: int) -> None:
+        step = self.wf.steps[i]
+        visible = step.visible(i)
+        try:
+            for j in visible:
+                await self.done[j].wait()
+            base = StepTrace(
+                index=i,
+                worker=step.worker,
+                model=self.pool.worker(step.worker).model,
+                subtask=step.subtask,
+                access=step.access_literal(),
+                visible=list(visible),
+            )
+            skip = self._skip_reason(i, visible)
+            if skip is not None:
+                base.skipped = skip
+                self.traces[i] = base
+                self._emit({"type": "step_skipped", "index": i, "reason": skip})
+                return
+            sees_previous = self.previous_answer is not None and step.access == ALL
+            shown = [(j, self.wf.steps[j].subtask, self.traces[j].response or "") for j in visible]
+            prompt = self._worker_message(
+                self.question,
+                shown,
+                step.subtask,
+                previous_answer=self.previous_answer if sees_previous else None,
+            )
+            base.prompt_digest = digest(prompt)
+            base.started_s = self._now()
+            self._emit(
+                {
+                    "type": "step_start",
+                    "index": i,
+                    "worker": step.worker,
+                    "model": base.model,
+                    "subtask": step.subtask,
+                    "visible": list(visible),
+                }
+            )
+            result = await self.pool.call(
+                step.worker,
+                [{"role": "user", "content": prompt}],
+                sample_index=self.sample_index,
+                deadline=self.deadline,
+            )
+            base.finished_s = self._now()
+            self._record(base, result)
+            self.traces[i] = base
+            self._emit({"type": "step_end", "index": i, "step": base.model_dump()})
+        finally:
+            self.done[i].set()
+
+    def _skip_reason(self, i: int, visible: tuple[int, ...]) -> str | None:
+        if self.budget.max_steps is not None and i >= self.budget.max_steps:
+            self.stopped = self.stopped or "max_steps"
+            return "budget:max_steps"
+        exceeded = self._budget_exceeded()
+        if exceeded is not None:
+            self.stopped = self.stopped or exceeded
+            return f"budget:{exceeded}"
+        for j in visible:
+            dep = self.traces[j]
+            if dep is None or dep.error is not None or dep.skipped is not None:
+                return f"dependency:{j}"
+        return None
+
+    def _record(self, st: StepTrace, result: CallResult) -> None:
+        st.response = result.text
+        st.input_tokens = result.usage.input_tokens
+        st.output_tokens = result.usage.output_tokens
+        st.cost = result.cost
+        st.latency_s = result.latency_s
+        st.retries = result.retries
+        st.cached = result.cached
+        st.error = result.error
+        st.error_kind = result.error_kind
+        self.tokens += st.input_tokens + st.output_tokens
+        self.cost += st.cost
+        if result.error_kind == ErrorKind.DEADLINE:
+            self.stopped = self.stopped or "deadline"
+
+    def _finish(self, steps: list[StepTrace], answer_fallback: bool) -> WorkflowTrace:
+        trace = WorkflowTrace(plan=self.wf.to_dict(), steps=steps, stopped=self.stopped)
+        trace.calls = sum(1 for s in steps if s.skipped is None)
+        trace.input_tokens = sum(s.input_tokens for s in steps)
+        trace.output_tokens = sum(s.output_tokens for s in steps)
+        trace.cost = sum(s.cost for s in steps)
+        if not steps:
+            return trace
+        last = steps[-1]
+        if last.response is not None and (last.response.strip() or not answer_fallback):
+            trace.answer, trace.answer_step = last.response, last.index
+        elif answer_fallback:
+            for s in reversed(steps):
+                if s.response and s.response.strip():
+                    trace.answer, trace.answer_step = s.response, s.index
+                    break
+        # The answer is spoiled by infrastructure when the last step failed, or was skipped
+        # because something it reads failed (budget stops are the plan's own outcome).
+        spoiled = last.error is not None or (
+            last.skipped is not None and last.skipped.startswith("dependency:")
+        )
+        trace.infra_error = spoiled and trace.answer is None
+        if self.stopped == "deadline":
+            trace.infra_error = trace.answer is None
+        return trace
