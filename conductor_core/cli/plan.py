@@ -1,0 +1,62 @@
+"""``conductor plan``: ask the Conductor for a plan only (nothing is executed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from conductor_core.cli._common import conductor_options, load_pool_and_bank, make_plan_source
+
+
+@click.command("plan")
+@click.argument("question")
+@conductor_options
+def command(
+    question: str,
+    pool_path: Path | None,
+    conductor: str,
+    conductor_model: str | None,
+    conductor_key_env: str | None,
+    problems_path: Path | None,
+    max_steps: int,
+    access_mode: str,
+    descriptors: bool,
+    sample_index: int,
+) -> None:
+    """Print the Conductor's raw output and the parsed plan (or its format error) as JSON."""
+    from conductor_core.policy.base import PlanRequest, WorkerInfo
+    from conductor_core.workflow.model import AccessMode
+
+    config, _ = load_pool_and_bank(pool_path, problems_path)
+    source = make_plan_source(conductor, conductor_model, conductor_key_env)
+    request = PlanRequest(
+        question=question,
+        workers=tuple(WorkerInfo(i, w.description) for i, w in enumerate(config.workers)),
+        max_steps=max_steps,
+        access_mode=AccessMode(access_mode),
+        descriptors=descriptors,
+        sample_index=sample_index,
+    )
+
+    async def go():
+        try:
+            return await source.plan(request)
+        finally:
+            await source.aclose()
+
+    result = asyncio.run(go())
+    out = {
+        "raw": result.raw,
+        "plan": result.workflow.to_dict() if result.workflow else None,
+        "error": result.error.to_dict() if result.error else None,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "latency_s": round(result.latency_s, 4),
+    }
+    click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+    if result.error:
+        sys.exit(1)
