@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv with conductor-core and every extra, and the system tools the tests need.
+# Idempotent: a second run only checks. Usage: bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# bubblewrap gives the code sandbox its network, PID and mount namespaces.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing bubblewrap (code sandbox isolation)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "setup: warning: bubblewrap (bwrap) is not installed; the code sandbox falls back to weaker isolation" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.conductor-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing conductor-core[all] into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[all]'
+  touch "$stamp"
+fi
+echo "setup: ready (.venv)"
