@@ -1,0 +1,104 @@
+"""The solve round loop: format errors, keep-answer rounds, recursion, subsets and budgets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conductor_core.policy.base import PlanRequest, PlanResult
+from conductor_core.solve import SolveOptions, solve
+from conductor_core.workflow.errors import FormatErrorCode, PlanFormatError
+from conductor_core.workflow.executor import Budget
+from conductor_core.workflow.model import Step, Workflow
+from tests.unit.test_executor import FakePool
+
+
+class ScriptedSource:
+    """Returns the given results in order and records the requests it saw."""
+
+    def __init__(self, *results: PlanResult) -> None:
+        self.results = list(results)
+        self.requests: list[PlanRequest] = []
+
+    async def plan(self, request: PlanRequest) -> PlanResult:
+        self.requests.append(request)
+        return self.results.pop(0)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def ok(*workers: int) -> PlanResult:
+    wf = Workflow(
+        steps=tuple(
+            Step(worker=w, subtask=f"do step {i}", access="all" if i else ())
+            for i, w in enumerate(workers)
+        )
+    )
+    return PlanResult(raw=wf.render(), workflow=wf, input_tokens=5, output_tokens=7)
+
+
+KEEP = PlanResult(raw="model_id = []\nsubtasks = []\naccess_list = []", workflow=Workflow())
+
+
+def bad() -> PlanResult:
+    err = PlanFormatError(FormatErrorCode.MISSING_LIST, "no access_list")
+    return PlanResult(raw="nonsense", error=err)
+
+
+def go(source, pool=None, **opts):
+    return asyncio.run(solve("Q?", source, pool or FakePool(), options=SolveOptions(**opts)))
+
+
+def test_single_round_answer_is_last_step() -> None:
+    trace = go(ScriptedSource(ok(0, 1)))
+    assert trace.answer == trace.rounds[0].workflow.steps[-1].response
+    assert trace.calls == 2 and not trace.format_error and len(trace.rounds) == 1
+    assert trace.rounds[0].conductor_output_tokens == 7
+
+
+def test_unparsable_first_plan_is_a_format_error_without_calls() -> None:
+    trace = go(ScriptedSource(bad()))
+    assert trace.format_error and trace.answer is None and trace.calls == 0
+    assert trace.rounds[0].plan_error["code"] == "missing_list"
+
+
+def test_recursion_shows_previous_plan_and_answer_then_keeps() -> None:
+    source = ScriptedSource(ok(0), KEEP)
+    trace = go(source, max_rounds=3)
+    first = trace.rounds[0].workflow.answer
+    assert trace.answer == first and trace.rounds[1].kept_previous and len(trace.rounds) == 2
+    prev = source.requests[1].previous
+    assert prev is not None and prev.answer == first and "model_id = [0]" in prev.plan
+
+
+def test_recursion_new_plan_replaces_answer_and_sees_previous() -> None:
+    pool = FakePool()
+    trace = go(ScriptedSource(ok(0), ok(1, 2)), pool, max_rounds=2)
+    assert trace.answer == trace.rounds[1].workflow.answer != trace.rounds[0].workflow.answer
+    first_answer = trace.rounds[0].workflow.answer
+    assert first_answer in pool.seen[-1][1]  # the "all" step of round 2 saw the previous answer
+    assert trace.calls == 3
+
+
+def test_bad_plan_in_later_round_keeps_previous_answer() -> None:
+    trace = go(ScriptedSource(ok(0), bad()), max_rounds=2)
+    assert trace.answer == trace.rounds[0].workflow.answer and not trace.format_error
+
+
+def test_subset_is_renumbered_and_mapped_back() -> None:
+    pool = FakePool(n=4)
+    source = ScriptedSource(ok(0, 1))
+    trace = go(source, pool, worker_ids=(3, 1))
+    assert [w.id for w in source.requests[0].workers] == [0, 1]
+    assert [s.worker for s in trace.rounds[0].workflow.steps] == [3, 1]
+
+
+def test_infra_failure_is_not_a_wrong_answer() -> None:
+    trace = go(ScriptedSource(ok(0, 1)), FakePool(fail={1}))
+    assert trace.infra_error and trace.answer is None and not trace.format_error
+
+
+def test_budget_is_shared_across_rounds() -> None:
+    source = ScriptedSource(ok(0, 1), ok(2))
+    trace = go(source, FakePool(tokens=50), max_rounds=2, budget=Budget(max_tokens=200))
+    assert len(trace.rounds) == 1  # round 1 spent 200 tokens: no budget for round 2
