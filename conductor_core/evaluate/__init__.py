@@ -1,0 +1,1 @@
+"""Sharded, resumable benchmark evaluation with baselines, statistics and reports."""

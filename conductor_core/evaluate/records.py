@@ -1,0 +1,133 @@
+"""Per-problem evaluation records: one JSON line per (method, problem, repeat), append-only.
+
+The file is the checkpoint: a restarted shard reads it, skips what is done and appends the rest. A
+line cut short by a kill is dropped on reopen, so nothing is duplicated or lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+RECORD_VERSION = 1
+
+
+class EvalRecord(BaseModel):
+    """The outcome of one method on one problem for one repeat."""
+
+    version: int = RECORD_VERSION
+    problem_id: str
+    benchmark: str
+    domain: str
+    method: str
+    repeat: int
+    sample_index: int
+    answer: str | None = None
+    correct: bool = False
+    reward: float | None = None
+    verdict_reason: str = ""
+    format_error: bool = False
+    format_error_code: str | None = None
+    infra_error: bool = False
+    infra_attempts: int = Field(default=1, description="Attempts made (infra failures retried).")
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    wall_s: float = 0.0
+    plan_len: int | None = None
+    workers: list[int] = Field(default_factory=list, description="Pool worker id of each call.")
+    all_access_steps: int = 0
+    rounds: int = 0
+    raw_plan: str | None = None
+    trace: dict[str, Any] | None = Field(default=None, description="SolveTrace, if kept.")
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """Identity of a record: (method, problem id, repeat)."""
+        return (self.method, self.problem_id, self.repeat)
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+def read_records(path: str | Path, *, repair: bool = False) -> list[EvalRecord]:
+    """Read a records file. A torn last line (from a kill) is skipped, and cut off when ``repair``.
+
+    A bad line anywhere else is corruption, not a kill, and raises ``ValueError`` naming the line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    records: list[EvalRecord] = []
+    good_bytes = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            good_bytes += len(line) + (1 if i < len(lines) - 1 else 0)
+            continue
+        try:
+            records.append(EvalRecord.model_validate_json(line))
+        except (ValidationError, ValueError) as exc:
+            is_last = all(not rest.strip() for rest in lines[i + 1 :])
+            if not is_last:
+                raise ValueError(f"{path}:{i + 1}: corrupt evaluation record ({exc})") from exc
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(good_bytes)
+            break
+        good_bytes += len(line) + 1
+    return records
+
+
+class RecordWriter:
+    """Appends records, one flushed and fsynced line each, so a kill loses at most one line."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: EvalRecord) -> None:
+        """Append one record."""
+        self._fh.write(record.model_dump_json() + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_records(records: Iterable[EvalRecord], path: str | Path) -> None:
+    """Write records to a new file (used by aggregation outputs and tests)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(r.model_dump_json() + "\n")
+
+
+def dedupe(records: Iterable[EvalRecord]) -> list[EvalRecord]:
+    """Keep the last record of each key (a re-run of an infra failure replaces it)."""
+    latest: dict[tuple[str, str, int], EvalRecord] = {}
+    for r in records:
+        latest[r.key] = r
+    return list(latest.values())
+
+
+def to_json_lines(records: Iterable[EvalRecord]) -> str:
+    """Records as JSONL text (without traces), for small artifacts."""
+    return "".join(json.dumps(r.model_dump(exclude={"trace"})) + "\n" for r in records)
