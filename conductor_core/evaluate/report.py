@@ -1,0 +1,235 @@
+"""Reports of an evaluation: Markdown and HTML (both render in the Kubeflow UI) and PNG plots."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from conductor_core.evaluate.aggregate import OVERALL, Summary
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def accuracy_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """The paper-shaped table: benchmarks as columns, methods as rows, mean +- s.e. (percent)."""
+    header = ["method", *summary.benchmarks, OVERALL]
+    rows = []
+    for m in summary.methods:
+        cells = [m]
+        for b in [*summary.benchmarks, OVERALL]:
+            try:
+                s = summary.get(m, b)
+                cells.append(f"{_pct(s.accuracy)} ± {_pct(s.stderr)}")
+            except KeyError:
+                cells.append("–")
+        rows.append(cells)
+    return header, rows
+
+
+def cost_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """Tokens, dollars and calls per question, plan shape and failure rates, per method."""
+    header = [
+        "method",
+        "calls/q",
+        "tokens/q",
+        "$/q",
+        "mean plan length",
+        "'all' access",
+        "format errors",
+        "infra failures",
+        "wall s/q",
+    ]
+    rows = []
+    for m in summary.methods:
+        s = summary.get(m)
+        lengths = s.plan_lengths
+        mean_len = sum(k * v for k, v in lengths.items()) / max(1, sum(lengths.values()))
+        rows.append(
+            [
+                m,
+                f"{s.calls_per_question:.2f}",
+                f"{s.tokens_per_question:,.0f}",
+                f"{s.cost_per_question:.5f}",
+                f"{mean_len:.2f}",
+                f"{100 * s.all_access_share:.1f}%",
+                f"{100 * s.format_error_rate:.1f}%",
+                f"{100 * s.infra_failure_rate:.1f}%",
+                f"{s.wall_s_per_question:.3f}",
+            ]
+        )
+    return header, rows
+
+
+def usage_table(summary: Summary, worker_names: list[str] | None = None):
+    """Share of calls going to each worker, per method."""
+    workers = sorted({w for m in summary.methods for w in summary.get(m).worker_share})
+    names = [
+        worker_names[w] if worker_names and w < len(worker_names) else f"worker {w}"
+        for w in workers
+    ]
+    header = ["method", *names]
+    rows = [
+        [m, *(f"{100 * summary.get(m).worker_share.get(w, 0.0):.1f}%" for w in workers)]
+        for m in summary.methods
+    ]
+    return header, rows
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_markdown(
+    summary: Summary, title: str = "Evaluation", worker_names=None, plots: list[str] | None = None
+) -> str:
+    """The whole report as Markdown."""
+    parts = [
+        f"# {title}",
+        "",
+        "## Accuracy (%; mean ± standard error over repeats)",
+        "",
+        _md(*accuracy_table(summary)),
+        "",
+        "## Cost per question",
+        "",
+        _md(*cost_table(summary)),
+        "",
+        "## Worker usage (share of calls)",
+        "",
+        _md(*usage_table(summary, worker_names)),
+        "",
+    ]
+    for p in plots or []:
+        parts += [f"![{Path(p).stem}]({Path(p).name})", ""]
+    return "\n".join(parts)
+
+
+def render_html(
+    summary: Summary, title: str = "Evaluation", worker_names=None, plots: list[str] | None = None
+) -> str:
+    """The whole report as a self-contained HTML page (plots embedded as data URIs)."""
+    import base64
+
+    imgs = "".join(
+        f'<img alt="{html.escape(Path(p).stem)}" src="data:image/png;base64,'
+        f'{base64.b64encode(Path(p).read_bytes()).decode()}"/>'
+        for p in plots or []
+        if Path(p).exists()
+    )
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+        "td:first-child,th:first-child{text-align:left}img{max-width:48%;margin:4px}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
+        "<h2>Accuracy (%; mean ± standard error over repeats)</h2>"
+        f"{_html_table(*accuracy_table(summary))}<h2>Cost per question</h2>"
+        f"{_html_table(*cost_table(summary))}<h2>Worker usage (share of calls)</h2>"
+        f"{_html_table(*usage_table(summary, worker_names))}{imgs}</body></html>"
+    )
+
+
+def make_plots(summary: Summary, out_dir: str | Path, worker_names=None) -> list[str]:
+    """Accuracy vs cost per method, per-benchmark bars, worker usage. Returns the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in summary.methods:
+        s = summary.get(m)
+        ax.errorbar(s.cost_per_question, 100 * s.accuracy, yerr=100 * s.stderr, fmt="o")
+        ax.annotate(
+            m,
+            (s.cost_per_question, 100 * s.accuracy),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.set_xlabel("$ per question")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy vs cost")
+    paths.append(_save(fig, out / "accuracy_vs_cost.png"))
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(summary.benchmarks)), 4))
+    width = 0.8 / max(1, len(summary.methods))
+    for i, m in enumerate(summary.methods):
+        xs, ys, es = [], [], []
+        for j, b in enumerate(summary.benchmarks):
+            try:
+                s = summary.get(m, b)
+            except KeyError:
+                continue
+            xs.append(j + i * width)
+            ys.append(100 * s.accuracy)
+            es.append(100 * s.stderr)
+        ax.bar(xs, ys, width, yerr=es, label=m)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(summary.benchmarks))])
+    ax.set_xticklabels(summary.benchmarks, fontsize=8)
+    ax.set_ylabel("accuracy (%)")
+    ax.legend(fontsize=6)
+    ax.set_title("Accuracy per benchmark")
+    paths.append(_save(fig, out / "accuracy_per_benchmark.png"))
+
+    header, rows = usage_table(summary, worker_names)
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.5))
+    left = [0.0] * len(rows)
+    for k, name in enumerate(header[1:]):
+        vals = [float(r[k + 1].rstrip("%")) for r in rows]
+        ax.barh([r[0] for r in rows], vals, left=left, label=name)
+        left = [a + b for a, b in zip(left, vals, strict=True)]
+    ax.set_xlabel("share of calls (%)")
+    ax.legend(fontsize=6)
+    ax.set_title("Worker usage")
+    paths.append(_save(fig, out / "worker_usage.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def write_report(
+    summary: Summary,
+    out_dir: str | Path,
+    *,
+    title: str = "Evaluation",
+    worker_names: list[str] | None = None,
+) -> dict[str, str]:
+    """Write report.md, report.html, summary.json and the plots into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = make_plots(summary, out, worker_names)
+    (out / "report.md").write_text(render_markdown(summary, title, worker_names, plots))
+    (out / "report.html").write_text(render_html(summary, title, worker_names, plots))
+    (out / "summary.json").write_text(summary.model_dump_json(indent=2))
+    return {
+        "markdown": str(out / "report.md"),
+        "html": str(out / "report.html"),
+        "summary": str(out / "summary.json"),
+        "plots": ",".join(plots),
+    }
