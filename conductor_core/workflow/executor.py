@@ -44,8 +44,10 @@ class WorkerCaller(Protocol):
         *,
         sample_index: int = 0,
         deadline: float | None = None,
+        priority: float = 0.0,
     ) -> CallResult:
-        """Call a worker; failures are returned as a CallResult with ``error`` set."""
+        """Call a worker; failures are returned as a CallResult with ``error`` set. Waiting calls
+        are served highest ``priority`` first."""
         ...
 
 
@@ -101,6 +103,17 @@ async def execute(
     return await run.go(answer_fallback)
 
 
+def _chain_lengths(workflow: Workflow) -> list[int]:
+    """For each step, the length of the longest chain of steps that starts at it and follows
+    readers (1 for a step nothing reads). Used as the step's call priority: critical path first."""
+    deps = workflow.dependencies()
+    length = [1] * len(deps)
+    for i in range(len(deps) - 1, -1, -1):
+        for j in deps[i]:
+            length[j] = max(length[j], 1 + length[i])
+    return length
+
+
 class _Run:
     """State of one execution: per-step completion events, results and budget accounting."""
 
@@ -125,6 +138,7 @@ class _Run:
         self.sample_index = sample_index
         self.on_event = on_event
         n = len(workflow.steps)
+        self.priority = _chain_lengths(workflow)
         self.done = [asyncio.Event() for _ in range(n)]
         self.traces: list[StepTrace | None] = [None] * n
         self.tokens = 0
@@ -206,6 +220,7 @@ class _Run:
                 [{"role": "user", "content": prompt}],
                 sample_index=self.sample_index,
                 deadline=self.deadline,
+                priority=self.priority[i],
             )
             base.finished_s = self._now()
             self._record(base, result)

@@ -44,7 +44,9 @@ class FakePool:
     def worker(self, i: int) -> SimpleNamespace:
         return SimpleNamespace(model=f"model-{i}")
 
-    async def call(self, worker_id, messages, *, sample_index=0, deadline=None) -> CallResult:
+    async def call(
+        self, worker_id, messages, *, sample_index=0, deadline=None, priority=0.0
+    ) -> CallResult:
         content = messages[-1]["content"]
         self.seen.append((worker_id, content))
         subtask = content.rsplit("Your assigned subtask:", 1)[-1].strip()

@@ -1,0 +1,149 @@
+"""OpenAI-compatible chat completions (OpenAI, vLLM, the worker simulator, any compatible server).
+
+Request rules:
+
+* ``max_tokens`` vs ``max_completion_tokens``: the official OpenAI API (host ``*.openai.com`` or
+  ``*.openai.azure.com``) gets ``max_completion_tokens`` (its reasoning models reject
+  ``max_tokens``; its other chat models accept both). Every other server (vLLM and most
+  compatible servers) gets ``max_tokens``.
+* ``reasoning_effort`` is sent only when set. On the official API, a worker with
+  ``reasoning_effort`` set is a reasoning model, which rejects ``temperature``/``top_p``: they are
+  then not sent.
+* ``params.extra`` is merged into the JSON body (``extra_body``), e.g. vLLM's ``top_k``.
+
+The SDK's own retries are off (``max_retries=0``): the pool retries, with its own backoff.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+from conductor_core.errors import require
+from conductor_core.workers.config import WorkerConfig
+from conductor_core.workers.keys import resolve_key
+from conductor_core.workers.providers import clean_message, error_for_status, malformed
+from conductor_core.workers.resilience import parse_retry_after
+from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
+
+_OFFICIAL_HOST_SUFFIXES = ("openai.com", "openai.azure.com")
+
+
+def is_official_openai(endpoint: str | None) -> bool:
+    """True for the official OpenAI (or Azure OpenAI) API, judged by the endpoint's host."""
+    host = (urlparse(endpoint or "").hostname or "").lower()
+    return any(host == s or host.endswith("." + s) for s in _OFFICIAL_HOST_SUFFIXES)
+
+
+def build_request(worker: WorkerConfig, messages: Messages) -> dict[str, Any]:
+    """Keyword arguments of ``chat.completions.create`` for ``worker`` (see module rules)."""
+    params = worker.params
+    official = is_official_openai(worker.endpoint)
+    request: dict[str, Any] = {"model": worker.model, "messages": messages}
+    if official:
+        request["max_completion_tokens"] = params.max_tokens
+    else:
+        request["max_tokens"] = params.max_tokens
+    reasoning = params.reasoning_effort is not None
+    if not (official and reasoning):
+        request["temperature"] = params.temperature
+        if params.top_p is not None:
+            request["top_p"] = params.top_p
+    if reasoning:
+        request["reasoning_effort"] = params.reasoning_effort
+    if params.extra:
+        request["extra_body"] = dict(params.extra)
+    return request
+
+
+class OpenAIProvider:
+    """A worker behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    Args:
+        worker: its config (``endpoint`` is required by the config schema).
+        worker_id: only labels error messages.
+        http_client: an ``httpx.AsyncClient`` to use (tests pass one with a mock transport).
+    """
+
+    def __init__(
+        self,
+        worker: WorkerConfig,
+        *,
+        worker_id: int | None = None,
+        http_client: Any = None,
+    ) -> None:
+        openai = require("openai", extra="providers", purpose="OpenAI-compatible workers")
+        self.worker = worker
+        self._openai = openai
+        key = resolve_key(worker, worker_id=worker_id)
+        # Kept only to redact a key that a server echoes in an error body; never printed.
+        self._secrets = (key,)
+        self._client = openai.AsyncOpenAI(
+            base_url=worker.endpoint,
+            api_key=key,
+            max_retries=0,
+            timeout=worker.timeout_s,
+            http_client=http_client,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(model={self.worker.model!r}, endpoint={self.worker.endpoint!r})"
+
+    async def complete(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+        """One chat completion. ``sample_index`` is not sent: repeats rely on sampling."""
+        request = build_request(self.worker, messages)
+        error: ProviderError | None = None
+        try:
+            response = await self._client.chat.completions.create(**request)
+        except self._openai.APIError as exc:
+            error = self._map_error(exc)
+        except (ValueError, TypeError) as exc:  # undecodable body the SDK could not parse
+            error = malformed(f"unreadable response: {clean_message(exc, self._secrets)}")
+        if error is not None:
+            raise error  # raised outside the except block: no chained SDK exception
+        return self._to_completion(response)
+
+    def _to_completion(self, response: Any) -> Completion:
+        if isinstance(response, (str, bytes)) or not hasattr(response, "choices"):
+            raise malformed("response is not a chat completion object")
+        choices = response.choices or []
+        if not choices:
+            raise malformed("response has no choices")
+        message = getattr(choices[0], "message", None)
+        text = getattr(message, "content", None) if message is not None else None
+        if not isinstance(text, str) or not text.strip():
+            raise malformed("response has no message content")
+        usage = getattr(response, "usage", None)
+        return Completion(
+            text=text,
+            usage=Usage(
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            ),
+        )
+
+    def _map_error(self, exc: Exception) -> ProviderError:
+        openai = self._openai
+        detail = clean_message(getattr(exc, "message", None) or exc, self._secrets)
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderError(
+                f"request timed out: {detail}", kind=ErrorKind.TIMEOUT, retryable=True
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return ProviderError(
+                f"connection failed: {detail}", kind=ErrorKind.CONNECTION, retryable=True
+            )
+        if isinstance(exc, openai.APIResponseValidationError):
+            return malformed(f"response did not match the API schema: {detail}")
+        if isinstance(exc, openai.APIStatusError):
+            response = getattr(exc, "response", None)
+            headers = getattr(response, "headers", None)
+            return error_for_status(exc.status_code, detail, retry_after=parse_retry_after(headers))
+        if isinstance(exc, json.JSONDecodeError):
+            return malformed(f"response is not JSON: {detail}")
+        return malformed(f"unusable response: {detail}")
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()

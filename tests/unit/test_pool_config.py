@@ -1,0 +1,121 @@
+"""Pool config validation as seen through the pool: errors name the field; subsets keep ids."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from conductor_core.errors import ConfigError
+from conductor_core.workers.config import load_pool, parse_pool
+from conductor_core.workers.pool import WorkerPool
+from conductor_core.workers.types import Completion, Usage
+
+SIM = {"provider": "simulated", "model": "sim"}
+
+
+def test_bad_concurrency_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"workers\.1\.concurrency"):
+        parse_pool({"workers": [SIM, {**SIM, "concurrency": 0}]})
+
+
+def test_missing_endpoint_for_openai_is_explained() -> None:
+    with pytest.raises(
+        ConfigError, match=r"workers\.0.*endpoint is required for provider 'openai'"
+    ):
+        parse_pool([{"provider": "openai", "model": "gpt"}])
+
+
+def test_api_key_env_holding_a_secret_is_rejected_without_echoing_it() -> None:
+    secret = "sk-proj-abc123-def456"
+    with pytest.raises(ConfigError, match="NAME of an environment variable") as info:
+        parse_pool(
+            [
+                {
+                    "provider": "openai",
+                    "model": "gpt",
+                    "endpoint": "https://api.openai.com/v1",
+                    "api_key_env": secret,
+                }
+            ]
+        )
+    assert "workers.0" in str(info.value)
+
+
+def test_unknown_field_and_provider_are_named() -> None:
+    with pytest.raises(ConfigError, match=r"workers\.0\.temprature"):
+        parse_pool([{**SIM, "temprature": 0.1}])
+    with pytest.raises(ConfigError, match=r"workers\.0\.provider"):
+        parse_pool([{"provider": "bard", "model": "x"}])
+    with pytest.raises(ConfigError, match=r"retry\.backoff_base_s"):
+        parse_pool({"workers": [SIM], "retry": {"backoff_base_s": -1}})
+
+
+def test_from_yaml_reports_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text("workers:\n  - provider: simulated\n    model: s\n    timeout_s: 0\n")
+    with pytest.raises(ConfigError, match=r"pool\.yaml: workers\.0\.timeout_s"):
+        WorkerPool.from_yaml(path)
+    with pytest.raises(ConfigError, match="not found"):
+        WorkerPool.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_from_yaml_missing_key_names_worker_and_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POOL_TEST_KEY", raising=False)
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        "workers:\n"
+        "  - provider: simulated\n    model: s\n"
+        "  - provider: openai\n    name: gpt-x\n    model: gpt\n"
+        "    endpoint: https://api.openai.com/v1\n    api_key_env: POOL_TEST_KEY\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"worker 1 \(gpt-x\): environment variable POOL_TEST_KEY"
+    ):
+        WorkerPool.from_yaml(path)
+
+
+class Echo:
+    """Replies with its own label so tests can see which provider answered."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    async def complete(self, messages, *, sample_index: int = 0) -> Completion:
+        return Completion(text=self.label, usage=Usage(input_tokens=1, output_tokens=1))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_subset_renumbers_and_keeps_source_ids() -> None:
+    full = parse_pool([{**SIM, "model": f"m{i}", "concurrency": i + 1} for i in range(5)])
+    sub = full.subset([3, 1])
+    assert [w.model for w in sub.workers] == ["m3", "m1"]
+    assert sub.source_ids == [3, 1]
+    nested = sub.subset([1])
+    assert nested.source_ids == [1] and nested.workers[0].model == "m1"
+    pool = WorkerPool(sub, providers=[Echo("three"), Echo("one")])
+    res = asyncio.run(pool.call(1, [{"role": "user", "content": "q"}]))
+    assert res.worker == 1 and res.model == "m1" and res.text == "one"
+    assert pool.worker(0).concurrency == 4
+    with pytest.raises(ValueError, match="unknown worker id 2"):
+        pool.worker(2)
+    with pytest.raises(ConfigError, match="not in the pool"):
+        full.subset([7])
+
+
+def test_with_profile_changes_generation_params(tmp_path: Path) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        "workers:\n"
+        "  - provider: simulated\n    model: s\n    params: {temperature: 0.2}\n"
+        "    profiles:\n      unconstrained: {temperature: 1.0, max_tokens: 64}\n"
+        "cache: {enabled: false}\n"
+    )
+    cfg = load_pool(path).with_profile("unconstrained")
+    assert cfg.workers[0].params.temperature == 1.0
+    assert cfg.workers[0].params.max_tokens == 64
