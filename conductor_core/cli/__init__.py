@@ -60,7 +60,9 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one clear line on stderr and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="conductor", standalone_mode=False)
+        rc = cli.main(args=argv, prog_name="conductor", standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
