@@ -44,6 +44,32 @@ class SolveOptions:
         return self.worker_ids if self.worker_ids is not None else tuple(range(pool_size))
 
 
+def plan_request(
+    question: str,
+    pool_size: int,
+    options: SolveOptions,
+    sample_index: int = 0,
+    previous: PreviousRound | None = None,
+) -> PlanRequest:
+    """The request the solve loop sends to the plan source (also used to pre-plan in batches)."""
+    offered = options.offered(pool_size)
+    infos = tuple(
+        WorkerInfo(
+            id=k, description=options.descriptions[k] if k < len(options.descriptions) else ""
+        )
+        for k in range(len(offered))
+    )
+    return PlanRequest(
+        question=question,
+        workers=infos,
+        max_steps=options.max_steps,
+        access_mode=options.access_mode,
+        descriptors=options.descriptors,
+        previous=previous,
+        sample_index=sample_index,
+    )
+
+
 async def solve(
     question: str,
     plan_source: PlanSource,
@@ -56,10 +82,6 @@ async def solve(
     """Solve ``question``: plan, execute and (optionally) refine. Returns the full trace."""
     opts = options or SolveOptions()
     offered = opts.offered(len(pool))
-    infos = tuple(
-        WorkerInfo(id=k, description=opts.descriptions[k] if k < len(opts.descriptions) else "")
-        for k in range(len(offered))
-    )
     trace = SolveTrace(question=question)
     wall0 = time.perf_counter()
     previous: PreviousRound | None = None
@@ -70,15 +92,7 @@ async def solve(
         budget = opts.budget.minus(spent, trace.cost, time.perf_counter() - wall0)
         if r > 0 and _exhausted(budget):
             break
-        request = PlanRequest(
-            question=question,
-            workers=infos,
-            max_steps=opts.max_steps,
-            access_mode=opts.access_mode,
-            descriptors=opts.descriptors,
-            previous=previous,
-            sample_index=sample_index,
-        )
+        request = plan_request(question, len(pool), opts, sample_index, previous)
         if on_event is not None:
             on_event({"type": "plan_start", "round": r})
         result = await plan_source.plan(request)

@@ -98,6 +98,19 @@ class PlanSourceMethod:
         self.options = options or SolveOptions(answer_fallback=True)
         self.keep_trace = keep_trace
 
+    async def prefetch(self, items: Sequence[tuple[Problem, int]], pool_size: int) -> int:
+        """Plan the first round of many (problem, sample index) pairs in one batch when the plan
+        source supports it (vLLM offline batch, local transformers); returns how many."""
+        from conductor_core.policy.batched import PrePlanned, supports_batching
+        from conductor_core.solve import plan_request
+
+        if not supports_batching(self.source):
+            return 0
+        if not isinstance(self.source, PrePlanned):
+            self.source = PrePlanned(self.source)
+        requests = [plan_request(p.question, pool_size, self.options, k) for p, k in items]
+        return await self.source.prefetch(requests)
+
     async def attempt(self, problem: Problem, pool: WorkerCaller, sample_index: int) -> Attempt:
         trace = await solve(
             problem.question, self.source, pool, options=self.options, sample_index=sample_index

@@ -24,6 +24,8 @@ class RunConfig:
     ``concurrency`` bounds problems in flight (the pool bounds calls per worker); an attempt spoiled
     by infrastructure is retried ``infra_retries`` times, then recorded as an infrastructure
     failure. ``retry_infra_on_resume`` re-runs recorded infrastructure failures on restart.
+    ``batch_planning`` plans every first round of the shard in one batch when the plan source
+    can (vLLM offline batch, local transformers).
     """
 
     repeats: int = 1
@@ -34,6 +36,7 @@ class RunConfig:
     retry_infra_on_resume: bool = False
     progress: bool = True
     grade_timeout_s: float = 30.0
+    batch_planning: bool = True
 
     def sample_index(self, repeat: int) -> int:
         """The sample index of a repeat: same seed and repeat, same sample."""
@@ -118,6 +121,11 @@ async def run_eval(
         for k in range(cfg.repeats)
         if (m.name, p.id, k) not in done
     ]
+    if cfg.batch_planning:
+        for m in methods:
+            if hasattr(m, "prefetch"):
+                items = [(p, cfg.sample_index(k)) for mm, p, k in todo if mm is m]
+                await m.prefetch(items, len(pool))
     sem = asyncio.Semaphore(cfg.concurrency)
     new: list[EvalRecord] = []
     with RecordWriter(out_path) as writer, _Progress(len(todo), len(done), cfg.progress) as bar:
