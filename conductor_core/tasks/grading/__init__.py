@@ -1,0 +1,123 @@
+"""Graders: is an answer right for a Problem, and the reward that follows.
+
+``grade``/``agrade`` dispatch on ``problem.domain``:
+
+- ``math``: :mod:`.math` (extraction, normalised equality, math-verify off the main thread);
+- ``mcq``: :mod:`.mcq` (robust letter extraction; ambiguous answers are wrong);
+- ``code``: :mod:`.code` (the program runs against the tests in the sandbox);
+- ``freeform``: :mod:`.freeform` (normalised / numeric match, then the optional judge).
+
+``reward`` maps a plan's parse outcome and the verdict to the paper's reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from conductor_core.tasks.grading.verdict import Verdict
+from conductor_core.tasks.problem import Domain, Problem
+
+__all__ = ["Verdict", "agrade", "grade", "reward"]
+
+
+def _no_answer(answer: str | None) -> Verdict | None:
+    if answer is None or not str(answer).strip():
+        return Verdict(False, "no answer")
+    return None
+
+
+def _grade_rules(problem: Problem, answer: str, timeout_s: float) -> Verdict:
+    """Every non-code, non-judge grading path (pure Python, may block up to timeout_s)."""
+    if problem.domain == Domain.MATH:
+        from conductor_core.tasks.grading.math import grade_math
+
+        ok, reason, extracted = grade_math(problem.reference, answer, timeout_s=timeout_s)
+        return Verdict(ok, reason, extracted)
+    if problem.domain == Domain.MCQ:
+        from conductor_core.tasks.grading.mcq import grade_mcq
+
+        ok, reason, extracted = grade_mcq(problem.reference, answer, choices=problem.choices)
+        return Verdict(ok, reason, extracted)
+    from conductor_core.tasks.grading.freeform import rule_match
+
+    ok, reason, extracted = rule_match(problem.reference, answer)
+    return Verdict(ok, reason, extracted)
+
+
+async def _ask_judge(problem: Problem, answer: str, rules: Verdict, judge: Any) -> Verdict:
+    try:
+        ok = bool(await judge(problem.question, problem.reference, answer))
+    except Exception as exc:
+        return Verdict(
+            False,
+            f"judge failed: {type(exc).__name__}: {exc}",
+            rules.extracted,
+            {"rule_reason": rules.reason},
+            infra_error=True,
+        )
+    reason = "judge: matches the reference" if ok else "judge: does not match the reference"
+    return Verdict(ok, reason, rules.extracted, {"rule_reason": rules.reason, "judged": True})
+
+
+async def agrade(
+    problem: Problem, answer: str | None, *, judge: Any = None, timeout_s: float = 10
+) -> Verdict:
+    """Grade ``answer`` for ``problem`` without blocking the event loop.
+
+    ``judge`` (free-form only): ``async judge(question, reference, answer) -> bool``, asked
+    when no rule matched. ``timeout_s``: math-verify's budget, or the code tests' time limit.
+    """
+    empty = _no_answer(answer)
+    if empty is not None:
+        return empty
+    assert answer is not None
+    if problem.domain == Domain.CODE:
+        from conductor_core.tasks.grading.code import agrade_code
+
+        return await agrade_code(problem, answer, timeout_s=timeout_s)
+    verdict = await asyncio.to_thread(_grade_rules, problem, answer, timeout_s)
+    if problem.domain == Domain.FREEFORM and judge is not None and not verdict.correct:
+        return await _ask_judge(problem, answer, verdict, judge)
+    return verdict
+
+
+def grade(
+    problem: Problem, answer: str | None, *, judge: Any = None, timeout_s: float = 10
+) -> Verdict:
+    """Grade ``answer`` for ``problem`` (blocking). See :func:`agrade` for the arguments.
+
+    With a ``judge``, this runs its coroutine with ``asyncio.run``; inside a running event loop
+    call :func:`agrade` instead.
+    """
+    empty = _no_answer(answer)
+    if empty is not None:
+        return empty
+    assert answer is not None
+    if problem.domain == Domain.CODE:
+        from conductor_core.tasks.grading.code import grade_code
+
+        return grade_code(problem, answer, timeout_s=timeout_s)
+    verdict = _grade_rules(problem, answer, timeout_s)
+    if problem.domain == Domain.FREEFORM and judge is not None and not verdict.correct:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(_ask_judge(problem, answer, verdict, judge))
+        raise RuntimeError("grade() with a judge cannot run inside an event loop; use agrade()")
+    return verdict
+
+
+def reward(*, plan_ok: bool, verdict: Verdict | None, infra_error: bool = False) -> float | None:
+    """The paper's reward: 0.0 unparsable plan, 0.5 parsed but wrong, 1.0 right.
+
+    ``None`` for infrastructure failures (``infra_error`` or ``verdict.infra_error``): such
+    samples are excluded from training rather than scored. A parsed plan needs a verdict.
+    """
+    if infra_error or (verdict is not None and verdict.infra_error):
+        return None
+    if not plan_ok:
+        return 0.0
+    if verdict is None:
+        raise ValueError("reward(): a verdict is required when plan_ok is True")
+    return 1.0 if verdict.correct else 0.5
