@@ -179,6 +179,7 @@ def run_cmd(
             summary,
             read_records(records_path),
             paths,
+            run_name=f"{Path(benchmark).stem}-{setting or 'default'}-shard{index}of{count}",
             params={
                 "benchmark": benchmark,
                 "shard": shard,

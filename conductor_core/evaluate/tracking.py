@@ -68,6 +68,7 @@ def log_evaluation(
     paths: dict[str, str],
     *,
     params: dict[str, Any] | None = None,
+    run_name: str | None = None,
     experiment: str = EXPERIMENT,
     trace_sample: int = 20,
     seed: int = 0,
@@ -77,7 +78,7 @@ def log_evaluation(
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if run_id is None:
         mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_id=run_id) as run:
+    with mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name) as run:
         mlflow.log_params({k: str(v)[:500] for k, v in (params or {}).items()})
         mlflow.log_param("methods", ", ".join(summary.methods)[:500])
         mlflow.log_metrics(summary_metrics(summary))

@@ -205,6 +205,8 @@ def parse_pool(data: Any, origin: str = "pool config") -> PoolConfig:
         data = {"workers": data}
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: expected a mapping with a 'workers' list")
+    # Top-level keys starting with "x-" hold YAML anchors to reuse (as in docker-compose files).
+    data = {k: v for k, v in data.items() if not str(k).startswith("x-")}
     try:
         return PoolConfig.model_validate(data)
     except ValidationError as exc:

@@ -112,3 +112,38 @@ def test_eval_rejects_bad_shard_and_unknown_baseline(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["eval", "run", "--benchmark", "demo", "--baselines", "bogus", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "unknown baseline" in capsys.readouterr().err
+
+
+def test_eval_settings_and_compare_over_mlflow(tmp_path, mlflow_uri, capsys) -> None:
+    for setting in ("constrained", "unconstrained"):
+        main(
+            [
+                "eval",
+                "run",
+                "--benchmark",
+                "demo",
+                "--limit",
+                "6",
+                "--setting",
+                setting,
+                "--out",
+                str(tmp_path / setting),
+                "--no-progress",
+                "--mlflow",
+            ]
+        )
+    capsys.readouterr()
+    main(["eval", "compare"])
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert "accuracy.average" in table and len(rows) == 2
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_names=["conductor-eval"], output_format="list")
+    assert sorted(r.data.params["setting"] for r in runs) == ["constrained", "unconstrained"]
+    assert sorted(r.info.run_name for r in runs) == [
+        "demo-constrained-shard0of1",
+        "demo-unconstrained-shard0of1",
+    ]
+    with pytest.raises(SystemExit):
+        main(["eval", "compare", "--experiment", "nothing-here"])

@@ -1,0 +1,388 @@
+"""The local sandbox backend: one subprocess per run, isolated as strongly as the host allows."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import PurePosixPath
+
+from conductor_core.errors import ConfigError
+from conductor_core.tasks.sandbox.isolation import (
+    MODES,
+    UID_BASE,
+    UID_SPAN,
+    available_modes,
+    build_plan,
+)
+from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
+
+ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
+_READ_CHUNK = 65536
+_EXIT_GRACE_S = 0.2
+_uid_rng = random.SystemRandom()
+
+
+def scrubbed_env(workdir: str) -> dict[str, str]:
+    """The whole environment of a run: a fixed allow-list, never anything inherited."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+
+
+def _check_files(files: dict[str, str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, content in (files or {}).items():
+        path = PurePosixPath(name)
+        if (
+            not name
+            or path.is_absolute()
+            or ".." in path.parts
+            or str(path) in (".", "main.py")
+            or not isinstance(content, str)
+        ):
+            raise ValueError(
+                f"sandbox files key {name!r} must be a relative path without '..' (not main.py) "
+                "mapping to str content"
+            )
+        out[str(path)] = content
+    return out
+
+
+def _preexec(limits: SandboxLimits):
+    """setrlimit in the child before exec (values computed here, outside the forked child)."""
+    import resource
+
+    cpu = max(1, int(limits.cpu_s + 0.999))
+    mem = int(limits.memory_mb) * 1024 * 1024
+    fsize = int(limits.file_size_mb) * 1024 * 1024
+    nofile = int(limits.open_files)
+    settings = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_FSIZE, (fsize, fsize)),
+        (resource.RLIMIT_NOFILE, (nofile, nofile)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+
+    def apply() -> None:
+        for which, value in settings:
+            resource.setrlimit(which, value)
+
+    return apply
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.returncode is not None:
+        return  # already reaped: its pid may be reused, never signal it
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """True once the child exited, WITHOUT reaping it: its pid (= process group id) stays
+    reserved, so a later killpg can never hit an unrelated process that reused the pid."""
+    if proc.returncode is not None:
+        return True
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _signal_of(returncode: int, mode: str) -> int | None:
+    """The signal that ended the program, if any (bwrap reports 128+N for a signal)."""
+    if returncode < 0:
+        return -returncode
+    if mode == "bwrap" and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+class _Outcome:
+    __slots__ = ("marker", "out_killed", "stderr", "stdout", "timed_out")
+
+    def __init__(self) -> None:
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.marker = False
+        self.timed_out = False
+        self.out_killed = False
+
+
+def _pump(
+    proc: subprocess.Popen, marker_r: int, stdin: bytes, limits: SandboxLimits, start: float
+) -> _Outcome:
+    """Feed stdin, read stdout/stderr incrementally, enforce the wall clock and output cap."""
+    result = _Outcome()
+    deadline = start + float(limits.wall_s)
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    sel.register(proc.stdout, selectors.EVENT_READ, result.stdout)
+    sel.register(proc.stderr, selectors.EVENT_READ, result.stderr)
+    sel.register(marker_r, selectors.EVENT_READ, None)
+    pending = memoryview(stdin)
+    if pending:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+    else:
+        proc.stdin.close()
+    exited_at: float | None = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                result.timed_out = True
+                _kill_group(proc)
+                break
+            if exited_at is None and _exited(proc):
+                exited_at = now
+            if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
+                break  # something outside a namespace kept a pipe open: stop waiting for it
+            for key, _ in sel.select(timeout=min(deadline - now, 0.05)):
+                if key.fileobj is proc.stdin:
+                    try:
+                        sent = os.write(proc.stdin.fileno(), pending[:_READ_CHUNK])
+                    except (BrokenPipeError, BlockingIOError, OSError):
+                        sent = len(pending)
+                    pending = pending[sent:]
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                if key.data is None:
+                    result.marker = True
+                    continue
+                key.data.extend(chunk)
+                if len(result.stdout) + len(result.stderr) > limits.output_bytes:
+                    result.out_killed = True
+                    _kill_group(proc)
+                    break
+            if result.out_killed:
+                break
+    finally:
+        sel.close()
+    return result
+
+
+def _classify(
+    out: _Outcome, returncode: int | None, limits: SandboxLimits, mode: str
+) -> tuple[str, str]:
+    stderr = out.stderr.decode("utf-8", "replace")
+    if out.out_killed:
+        return "output_limit", f"output exceeded {limits.output_bytes} bytes; run killed"
+    if not out.marker:
+        if out.timed_out:
+            return "sandbox_error", f"sandbox did not start within {limits.wall_s:g} s"
+        detail = _last_line(stderr) or f"exit code {returncode}"
+        return "sandbox_error", f"sandbox failed to start the program ({mode}): {detail}"
+    if out.timed_out:
+        return "timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded; process tree killed"
+    if returncode == 0:
+        return "ok", "exit code 0"
+    last = _last_line(stderr)
+    if "MemoryError" in last or "Cannot allocate memory" in last or "bad_alloc" in last:
+        return "memory", f"memory limit of {limits.memory_mb} MiB exceeded: {last}"
+    sig = _signal_of(returncode or 0, mode)
+    if sig == signal.SIGXCPU:
+        return "timeout", f"CPU time limit of {limits.cpu_s:g} s exceeded (SIGXCPU)"
+    if sig is not None:
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        return "killed", f"killed by signal {name}" + (f": {last}" if last else "")
+    return "error", last or f"exit code {returncode}"
+
+
+class LocalSandbox:
+    """Runs programs on this host under the strongest isolation that passes its self-test.
+
+    ``isolation`` is ``auto`` (default; or the ``CONDUCTOR_SANDBOX_ISOLATION`` env var) or one
+    of ``bwrap``, ``unshare``, ``rlimits`` to force a mode.
+    """
+
+    name = "local"
+
+    def __init__(self, isolation: str | None = None) -> None:
+        wanted = (isolation or os.environ.get(ISOLATION_ENV) or "auto").strip().lower()
+        if wanted not in ("auto", *MODES):
+            raise ConfigError(
+                f"{ISOLATION_ENV} / isolation must be one of auto, {', '.join(MODES)}; "
+                f"got {wanted!r}"
+            )
+        self.wanted = wanted
+        self._mode: str | None = None
+        self._probe_failures: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- mode selection -------------------------------------------------------------------
+    def mode(self) -> str:
+        """The isolation mode in use (self-tested once per process)."""
+        with self._lock:
+            if self._mode is None:
+                self._mode = self._select()
+            return self._mode
+
+    def _select(self) -> str:
+        candidates = available_modes() if self.wanted == "auto" else [self.wanted]
+        for mode in candidates:
+            if mode == "rlimits":
+                return mode
+            probe = self._run_in(mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {})
+            if probe.status == "ok" and probe.stdout.strip() == "sandbox-ok":
+                return mode
+            self._probe_failures[mode] = probe.reason
+        if self.wanted != "auto":
+            raise ConfigError(
+                f"sandbox isolation {self.wanted!r} failed its self-test on this host "
+                f"({self._probe_failures.get(self.wanted, 'not available')}); "
+                f"unset {ISOLATION_ENV} or install bubblewrap"
+            )
+        return "rlimits"
+
+    def report(self) -> dict:
+        """What this host supports and what this backend uses."""
+        mode = self.mode()
+        plan = build_plan(
+            mode, SandboxLimits(), host_workdir="/tmp", file_fds={}, marker_fd=3, uid=UID_BASE
+        )
+        return {
+            "backend": self.name,
+            "mode": mode,
+            "isolation": list(plan.isolation),
+            "available": available_modes(),
+            "self_test_failures": dict(self._probe_failures),
+            "running_as_root": os.geteuid() == 0,
+        }
+
+    # -- one run ----------------------------------------------------------------------------
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        limits: SandboxLimits | None = None,
+        files: dict[str, str] | None = None,
+    ) -> SandboxResult:
+        """Run ``code`` as ``main.py`` in a fresh working directory; never raises for the
+        program's behaviour (a bad ``files`` argument raises ValueError)."""
+        if not isinstance(code, str):
+            raise ValueError("sandbox code must be a str containing the Python program")
+        return self._run_in(self.mode(), code, stdin, limits or SandboxLimits(), files)
+
+    def _run_in(
+        self,
+        mode: str,
+        code: str,
+        stdin: str,
+        limits: SandboxLimits,
+        files: dict[str, str] | None,
+    ) -> SandboxResult:
+        staged = {"main.py": code, **_check_files(files)}
+        host_dir = tempfile.mkdtemp(prefix="conductor-sbx-")
+        fds: list[int] = []
+        marker_r = marker_w = -1
+        start = time.monotonic()
+        isolation: tuple[str, ...] = (mode,)
+        try:
+            os.chmod(host_dir, 0o700)
+            file_fds: dict[str, int] = {}
+            for rel, content in staged.items():
+                path = os.path.join(host_dir, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(content)
+                if mode == "bwrap":
+                    fd = os.open(path, os.O_RDONLY)
+                    fds.append(fd)
+                    file_fds[rel] = fd
+            marker_r, marker_w = os.pipe()
+            uid = UID_BASE + _uid_rng.randrange(UID_SPAN)
+            plan = build_plan(
+                mode,
+                limits,
+                host_workdir=host_dir,
+                file_fds=file_fds,
+                marker_fd=marker_w,
+                uid=uid,
+            )
+            isolation = plan.isolation
+            try:
+                proc = subprocess.Popen(
+                    plan.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=host_dir,
+                    env=scrubbed_env(plan.workdir_inside),
+                    pass_fds=(marker_w, *fds),
+                    start_new_session=True,
+                    preexec_fn=_preexec(limits),
+                )
+            except OSError as exc:
+                return SandboxResult(
+                    "sandbox_error", None, "", "", 0.0, f"could not start sandbox: {exc}", isolation
+                )
+            os.close(marker_w)
+            marker_w = -1
+            for fd in fds:
+                os.close(fd)
+            fds = []
+            try:
+                out = _pump(proc, marker_r, stdin.encode("utf-8"), limits, start)
+            finally:
+                _kill_group(proc)  # also reaps anything left in the group
+                proc.wait()
+                for stream in (proc.stdout, proc.stderr, proc.stdin):
+                    if stream is not None:
+                        stream.close()
+            wall = time.monotonic() - start
+            rc = proc.returncode
+            status, reason = _classify(out, rc, limits, mode)
+            sig = _signal_of(rc, mode) if rc is not None else None
+            returncode = -sig if sig is not None else rc
+            if status == "sandbox_error":
+                returncode = None
+            return SandboxResult(
+                status,
+                returncode,
+                out.stdout[: limits.output_bytes].decode("utf-8", "replace"),
+                out.stderr[: limits.output_bytes].decode("utf-8", "replace"),
+                round(wall, 4),
+                reason,
+                isolation,
+            )
+        finally:
+            for fd in (*fds, marker_r, marker_w):
+                if fd >= 0:
+                    os.close(fd)
+            shutil.rmtree(host_dir, ignore_errors=True)

@@ -1,0 +1,287 @@
+"""Hostile programs: each one is contained, graded as a failure with a reason, and leaves the
+host and concurrent runs unharmed. Needs a namespace sandbox (bubblewrap) for the attacks that
+reach outside the process; those are skipped, with the reason, on a host without one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conductor_core.tasks import sandbox
+from conductor_core.tasks.sandbox import SandboxLimits, arun_python, isolation_report, run_python
+from conductor_core.tasks.sandbox.isolation import UID_BASE, UID_SPAN
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = SandboxLimits(
+    cpu_s=1, wall_s=3, memory_mb=256, max_processes=16, file_size_mb=1, output_bytes=10_000
+)
+REPORT = isolation_report()
+NAMESPACED = "pid-ns" in REPORT["isolation"] and "net-ns" in REPORT["isolation"]
+needs_ns = pytest.mark.skipif(
+    not NAMESPACED,
+    reason=f"needs a namespace sandbox (install bubblewrap); mode here: {REPORT['mode']}",
+)
+
+FORK_BOMB = "import os\nwhile True:\n    os.fork()\n"
+MEMORY_BOMB = "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))\n"
+DISK_FILL = (
+    "i = 0\nwhile True:\n    open(f'fill{i}.bin', 'wb').write(b'a' * (512 * 1024))\n    i += 1\n"
+)
+BIG_FILE = "open('big.bin', 'wb').write(b'a' * (8 * 1024 * 1024))\n"
+FLOOD = "while True:\n    print('spam' * 100)\n"
+SLEEPER = "import time\ntime.sleep(600)\n"
+SPIN = "while True:\n    pass\n"
+
+
+def _sandbox_uid_processes(settle_s: float = 2.0) -> list[int]:
+    """Host pids still running under one of the sandbox's per-run uids, after giving the
+    kernel up to ``settle_s`` to finish tearing down a killed namespace."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = _scan_sandbox_uids()
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _scan_sandbox_uids() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{entry}").st_uid
+        except OSError:
+            continue
+        if UID_BASE <= uid < UID_BASE + UID_SPAN:
+            found.append(int(entry))
+    return found
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline and int(entry) != os.getpid():
+            found.append(int(entry))
+    return found
+
+
+def _host_can_fork() -> bool:
+    return subprocess.run([sys.executable, "-c", "pass"], timeout=30).returncode == 0
+
+
+def test_infinite_loop_hits_cpu_or_wall_limit():
+    r = run_python(SPIN, limits=LIMITS)
+    assert r.status == "timeout", r
+    assert "limit" in r.reason
+    assert r.wall_s < LIMITS.wall_s + 1.5
+
+
+def test_sleeping_past_timeout_is_killed_quickly():
+    r = run_python(SLEEPER, limits=LIMITS)
+    assert r.status == "timeout"
+    assert "wall-clock" in r.reason
+    assert LIMITS.wall_s - 0.1 <= r.wall_s < LIMITS.wall_s + 1.0
+
+
+@needs_ns
+def test_fork_bomb_is_contained_and_host_still_forks():
+    r = run_python(FORK_BOMB, limits=LIMITS)
+    assert r.status in ("error", "timeout", "killed"), r
+    assert r.reason
+    assert "nproc-limit" in r.isolation
+    assert _sandbox_uid_processes() == []
+    assert _host_can_fork()
+
+
+def test_memory_bomb_is_graded_memory():
+    r = run_python(MEMORY_BOMB, limits=LIMITS)
+    assert r.status == "memory", r
+    assert "MemoryError" in r.reason
+    assert _host_can_fork()
+
+
+@needs_ns
+def test_disk_fill_hits_tmpfs_cap():
+    r = run_python(DISK_FILL, limits=LIMITS)
+    assert r.status == "error"
+    assert "No space left on device" in r.reason
+
+
+def test_single_big_file_hits_file_size_limit():
+    r = run_python(BIG_FILE, limits=LIMITS)
+    assert r.status == "error"
+    assert "File too large" in r.reason
+
+
+def test_output_flood_is_capped():
+    r = run_python(FLOOD, limits=LIMITS)
+    assert r.status == "output_limit"
+    assert len(r.stdout) + len(r.stderr) <= LIMITS.output_bytes
+    assert r.wall_s < LIMITS.wall_s
+
+
+def test_environment_secrets_are_not_visible(monkeypatch):
+    secret = f"sk-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("CONDUCTOR_TEST_SECRET", secret)
+    code = (
+        "import os, glob\n"
+        "seen = repr(dict(os.environ))\n"
+        "for p in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        seen += open(p, 'rb').read().decode('latin-1')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(seen)\n"
+        f"assert {secret!r} not in seen\n"
+        "raise SystemExit('no secret found')\n"
+    )
+    r = run_python(code, limits=LIMITS)
+    assert secret not in r.stdout + r.stderr
+    assert r.status == "error" and r.reason == "no secret found"
+
+
+@needs_ns
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/etc/pwned-{tag}",
+        str(REPO / "pwned-{tag}"),
+        "/usr/pwned-{tag}",
+        sys.prefix + "/pwned-{tag}",
+    ],
+)
+def test_writing_outside_workdir_fails(target):
+    path = target.format(tag=uuid.uuid4().hex[:8])
+    r = run_python(f"open({path!r}, 'w').write('owned')\n", limits=LIMITS)
+    assert r.status == "error"
+    assert "Error" in r.reason
+    assert not os.path.exists(path)
+
+
+@needs_ns
+def test_writing_to_tmp_stays_private():
+    path = f"/tmp/pwned-{uuid.uuid4().hex[:8]}"
+    r = run_python(f"open({path!r}, 'w').write('x')\nprint(open({path!r}).read())\n")
+    assert r.status == "ok" and r.stdout == "x\n"  # a private tmpfs inside the sandbox
+    assert not os.path.exists(path)
+
+
+@needs_ns
+def test_network_connection_fails_and_listener_sees_nothing():
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'leak')\n"
+        )
+        r = run_python(code, limits=LIMITS)
+        assert r.status == "error"
+        assert "ConnectionRefusedError" in r.reason or "unreachable" in r.reason
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+        outside = run_python(
+            "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\n",
+            limits=LIMITS,
+        )
+        assert outside.status == "error"
+        assert "unreachable" in outside.reason or "OSError" in outside.reason
+    finally:
+        listener.close()
+
+
+@needs_ns
+def test_signalling_parent_and_test_group_fails():
+    me, my_group = os.getpid(), os.getpgid(0)
+    code = (
+        "import os, signal\n"
+        "os.kill(os.getppid(), signal.SIGKILL)\n"
+        f"os.killpg({my_group}, signal.SIGKILL)\n"
+        f"os.kill({me}, signal.SIGKILL)\n"
+    )
+    r = run_python(code, limits=LIMITS)
+    assert r.status == "error"
+    assert "ProcessLookupError" in r.reason or "PermissionError" in r.reason
+    assert os.getpid() == me  # we are still here
+    os.kill(me, 0)
+
+
+@needs_ns
+def test_daemonized_grandchild_dies_with_the_run():
+    token = f"sbx-daemon-{uuid.uuid4().hex}"
+    code = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', "
+        f"'import time; time.sleep(60)', {token!r}])\n"
+        "    os._exit(0)\n"
+        "import time\n"
+        "time.sleep(0.3)\n"
+        "raise SystemExit('parent exits, daemon left behind')\n"
+    )
+    r = run_python(code, limits=LIMITS)
+    assert r.status == "error" and "daemon left behind" in r.reason
+    assert r.wall_s < LIMITS.wall_s
+    assert _processes_with(token) == []
+
+
+@needs_ns
+def test_bombs_do_not_harm_a_concurrent_benign_run():
+    benign = "import math\nprint(sum(math.isqrt(i) for i in range(200000)))\n"
+    expected = str(sum(__import__("math").isqrt(i) for i in range(200000)))
+    attacks = {
+        "spin": (SPIN, {"timeout"}),
+        "fork": (FORK_BOMB, {"error", "timeout", "killed"}),
+        "memory": (MEMORY_BOMB, {"memory"}),
+        "disk": (DISK_FILL, {"error"}),
+        "flood": (FLOOD, {"output_limit"}),
+        "sleep": (SLEEPER, {"timeout"}),
+        "kill": ("import os, signal\nos.kill(-1, signal.SIGKILL)\nraise SystemExit(1)\n", None),
+    }
+    relaxed = SandboxLimits(wall_s=20, cpu_s=10, memory_mb=512)
+    # Nine programs start at once on a small machine: give startup more wall time.
+    bombs = SandboxLimits(**{**LIMITS.__dict__, "wall_s": 6})
+    old = sandbox.max_concurrency()
+
+    async def main():
+        jobs = [arun_python(code, limits=bombs) for code, _ in attacks.values()]
+        jobs += [arun_python(benign, limits=relaxed) for _ in range(2)]
+        return await asyncio.gather(*jobs)
+
+    try:
+        sandbox.set_max_concurrency(len(attacks) + 2)
+        results = asyncio.run(main())
+    finally:
+        sandbox.set_max_concurrency(old)
+    for (name, (_, allowed)), r in zip(attacks.items(), results, strict=False):
+        assert r.status != "ok", name
+        assert r.reason, name
+        if allowed is not None:
+            assert r.status in allowed, (name, r)
+    for r in results[len(attacks) :]:
+        assert r.status == "ok", r
+        assert r.stdout.strip() == expected
+    assert _sandbox_uid_processes() == []
+    assert _host_can_fork()
+    assert signal.getsignal(signal.SIGINT) is not None
