@@ -1,0 +1,146 @@
+"""Model registration: log a trained model folder, register it, point an alias at the new version,
+and download it back by URI.
+
+Choice: the Hugging Face folder (``save_pretrained`` output) is logged as the artifact ``model``
+of a small pyfunc (:class:`~conductor_core.track.pyfunc_model.ConductorTextModel`) rather than
+through ``mlflow.transformers.log_model``. The folder reaches the artifact store byte for byte
+(vLLM, transformers and TRL load it directly after :func:`load_model_dir`), logging needs neither
+torch nor loading the weights, and nothing tries the Hugging Face Hub. The pyfunc still serves
+with ``mlflow models serve`` / ``mlflow.pyfunc.load_model`` for quick checks.
+
+Registry stages are deprecated: versions are addressed by alias (``models:/name@champion``).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from conductor_core.errors import ConfigError
+from conductor_core.track.mlflow_run import configure, reopen_run, start_run
+from conductor_core.track.storage import Storage, is_s3
+
+DEFAULT_EXPERIMENT = "conductor-models"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-. ]*$")
+_ALIAS = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def _check_names(name: str, alias: str) -> None:
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"model name {name!r}: use letters, digits, '_', '-', '.' or spaces "
+            "(no '/', ':' or '@')"
+        )
+    if not _ALIAS.match(alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
+        raise ConfigError(
+            f"alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>' "
+            "(for example 'champion')"
+        )
+
+
+def _pip_requirements() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    reqs = ["mlflow", "torch"]
+    for pkg in ("transformers", "conductor-core"):
+        try:
+            reqs.append(f"{pkg}=={version(pkg)}")
+        except PackageNotFoundError:
+            reqs.append(pkg)
+    return reqs
+
+
+def _log(model_dir: Path, name: str) -> tuple[str, str]:
+    """Log and register in the active run; returns (model URI of the logged model, version)."""
+    mlflow = configure()
+    from mlflow.models import infer_signature
+
+    from conductor_core.track.pyfunc_model import ARTIFACT_KEY, DEFAULT_PARAMS, ConductorTextModel
+
+    signature = infer_signature(
+        model_input=["a question"], model_output=["a plan"], params=dict(DEFAULT_PARAMS)
+    )
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=ConductorTextModel(),
+        artifacts={ARTIFACT_KEY: str(model_dir)},
+        pip_requirements=_pip_requirements(),
+        signature=signature,
+        registered_model_name=name,
+    )
+    version = getattr(info, "registered_model_version", None)
+    if version is None:
+        versions = mlflow.MlflowClient().search_model_versions(f"name='{name}'")
+        version = max(int(v.version) for v in versions)
+    return info.model_uri, str(version)
+
+
+def log_and_register_model(
+    model_dir: str | Path,
+    name: str,
+    alias: str = "champion",
+    *,
+    run_id: str | None = None,
+) -> str:
+    """Log ``model_dir``, register it as a new version of ``name`` and set ``alias`` on it.
+
+    The model is logged into run ``run_id`` (re-opened if it was ended), else into the active
+    run, else into a run of the ``conductor-models`` experiment (an ``MLFLOW_RUN_ID`` from the
+    environment is reused). Returns ``models:/<name>@<alias>``.
+    """
+    folder = Path(model_dir).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"model_dir: {folder} has no config.json; pass a folder written by save_pretrained"
+        )
+    _check_names(name, alias)
+    mlflow = configure()
+    active = mlflow.active_run()
+    if run_id is not None and (active is None or active.info.run_id != run_id):
+        with reopen_run(run_id):
+            _, version = _log(folder, name)
+    elif run_id is not None or active is not None:
+        _, version = _log(folder, name)
+    else:
+        with start_run(DEFAULT_EXPERIMENT, run_name=f"register {name}"):
+            _, version = _log(folder, name)
+    mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
+    return f"models:/{name}@{alias}"
+
+
+def _find_model_folder(root: Path) -> Path:
+    """The folder with ``config.json`` inside a downloaded model (the pyfunc's artifact first)."""
+    preferred = root / "artifacts" / "model"
+    if (preferred / "config.json").is_file():
+        return preferred
+    if (root / "config.json").is_file():
+        return root
+    found = sorted(root.rglob("config.json"), key=lambda p: len(p.parts))
+    if not found:
+        raise ConfigError(f"the model at {root} holds no config.json (not a transformers folder)")
+    return found[0].parent
+
+
+def load_model_dir(uri: str, dst: str | Path | None = None) -> Path:
+    """Download a model and return the local folder that holds its ``config.json``.
+
+    ``uri`` may be a registry URI (``models:/name@alias``, ``models:/name/3``), a run or logged
+    model URI (``runs:/...``, ``models:/m-...``), an ``s3://`` folder, or a local folder (returned
+    as it is). ``dst`` is the download folder (default: a new temporary folder).
+    """
+    local = Path(uri).expanduser()
+    if "://" not in uri and ":/" not in uri and local.is_dir():
+        return _find_model_folder(local)
+    target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="conductor-model-"))
+    target.mkdir(parents=True, exist_ok=True)
+    if is_s3(uri):
+        return _find_model_folder(Storage().download_dir(uri, target))
+    mlflow = configure()
+    from mlflow.exceptions import MlflowException
+
+    try:
+        path = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target))
+    except MlflowException as exc:
+        raise ConfigError(f"model {uri!r}: {exc.message.splitlines()[0]}") from exc
+    return _find_model_folder(Path(path))

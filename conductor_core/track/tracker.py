@@ -1,0 +1,93 @@
+"""A run tracker object over :mod:`conductor_core.track` with the method names of training's
+``Tracker`` protocol (``start``/``log_params``/``log_metrics``/``log_table``/``log_artifact``/
+``log_model``/``finish``), so a stage can switch to it without other changes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from conductor_core.track import mlflow_run
+from conductor_core.track.registry import log_and_register_model
+
+
+class RunTracker:
+    """One MLflow run, opened by :meth:`start` and ended by :meth:`finish`.
+
+    Args:
+        experiment: experiment of a new run (ignored when ``MLFLOW_RUN_ID`` is set).
+        run_name: name of a new run.
+        tags: tags set on the run.
+        uri: tracking URI (default :func:`~conductor_core.track.mlflow_run.tracking_uri`).
+    """
+
+    def __init__(
+        self,
+        experiment: str = "conductor-train",
+        run_name: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        uri: str | None = None,
+    ) -> None:
+        self.experiment = experiment
+        self.run_name = run_name
+        self.tags = dict(tags or {})
+        self.uri = uri
+        self.run_id: str | None = None
+        self._ctx: AbstractContextManager[Any] | None = None
+
+    def start(self) -> None:
+        """Open the run (reusing ``MLFLOW_RUN_ID`` when set)."""
+        if self._ctx is not None:
+            return
+        ctx = mlflow_run.start_run(self.experiment, self.run_name, self.tags, uri=self.uri)
+        run = ctx.__enter__()
+        self._ctx = ctx
+        self.run_id = run.info.run_id
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params flattened and scrubbed (see :func:`~mlflow_run.flatten_params`)."""
+        mlflow_run.log_params_flat(dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log finite scalar metrics at ``step``."""
+        mlflow_run.log_metrics(metrics, step=step)
+
+    def log_table(self, rows: Sequence[Mapping[str, Any]], name: str) -> None:
+        """Log rows as an MLflow table ``name``."""
+        mlflow_run.log_table(rows, name)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        """Log a local file or folder."""
+        mlflow_run.log_artifacts(path, artifact_path)
+
+    def log_model(
+        self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
+    ) -> str | None:
+        """Save ``model``/``tokenizer`` and log them; register with ``alias`` when named.
+
+        Returns ``models:/name@alias`` when registered, else None (the folder is then logged as
+        the run artifact ``model``).
+        """
+        with tempfile.TemporaryDirectory(prefix="conductor-model-") as tmp:
+            model.save_pretrained(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            if registered_name:
+                return log_and_register_model(tmp, registered_name, alias, run_id=self.run_id)
+            mlflow_run.log_artifacts(tmp, "model")
+            return None
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the run ``FINISHED``; any other status ends it ``FAILED``."""
+        if self._ctx is None:
+            return
+        ctx, self._ctx = self._ctx, None
+        if status == "FINISHED":
+            ctx.__exit__(None, None, None)
+        else:
+            error = RuntimeError(f"run ended {status}")
+            ctx.__exit__(RuntimeError, error, None)
