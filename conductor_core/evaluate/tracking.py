@@ -1,16 +1,13 @@
 """MLflow logging of evaluations: figures as metrics, reports and plots as artifacts, a
-per-problem table, and a sample of workflows as MLflow traces (one span per step).
+per-problem table, and a seeded sample of workflows as MLflow traces (one span per step).
 
-Uses ``MLFLOW_TRACKING_URI`` when set, else a local SQLite store (``runs/mlflow.db``). An
-``MLFLOW_RUN_ID`` in the environment (as Kubeflow's MLflow integration injects) is reused.
-Nothing logged here contains a secret: pools are logged by worker name only.
+Built on :mod:`conductor_core.track`: the tracking URI defaults to a local SQLite store, an
+``MLFLOW_RUN_ID`` in the environment is reused, a crash marks the run FAILED, and params, tables
+and traces are scrubbed of anything that looks like a secret.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,27 +15,20 @@ from conductor_core.evaluate.aggregate import OVERALL, Summary
 from conductor_core.evaluate.records import EvalRecord
 
 EXPERIMENT = "conductor-eval"
-DEFAULT_URI = "sqlite:///runs/mlflow.db"
-_BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
-
-
-def metric_name(*parts: str) -> str:
-    """An MLflow-safe metric name (``:`` and other characters become ``_``)."""
-    return ".".join(_BAD.sub("_", p) for p in parts)
-
-
-def _mlflow():
-    from conductor_core.errors import require
-
-    mlflow = require("mlflow", extra="train", purpose="MLflow tracking")
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        os.makedirs("runs", exist_ok=True)
-        mlflow.set_tracking_uri(DEFAULT_URI)
-    return mlflow
+FIGURES = (
+    "accuracy",
+    "stderr",
+    "cost_per_question",
+    "tokens_per_question",
+    "calls_per_question",
+    "format_error_rate",
+    "infra_failure_rate",
+)
 
 
 def summary_metrics(summary: Summary) -> dict[str, float]:
-    """Metrics of every method; the first method's also without a prefix (for comparisons)."""
+    """``<method>.<figure>.<benchmark>`` for every method; the first method's figures also as
+    ``<figure>.<benchmark>`` (what ``conductor eval compare`` sorts on)."""
     out: dict[str, float] = {}
     for i, method in enumerate(summary.methods):
         for bench in [*summary.benchmarks, OVERALL]:
@@ -46,53 +36,16 @@ def summary_metrics(summary: Summary) -> dict[str, float]:
                 s = summary.get(method, bench)
             except KeyError:
                 continue
-            figures = {
-                "accuracy": s.accuracy,
-                "stderr": s.stderr,
-                "cost_per_question": s.cost_per_question,
-                "tokens_per_question": s.tokens_per_question,
-                "calls_per_question": s.calls_per_question,
-                "format_error_rate": s.format_error_rate,
-                "infra_failure_rate": s.infra_failure_rate,
-            }
-            for key, value in figures.items():
-                out[metric_name(method, key, bench)] = float(value)
+            for figure in FIGURES:
+                value = float(getattr(s, figure))
+                out[f"{method}.{figure}.{bench}"] = value
                 if i == 0:
-                    out[metric_name(key, bench)] = float(value)
+                    out[f"{figure}.{bench}"] = value
     return out
 
 
-def log_evaluation(
-    summary: Summary,
-    records: Sequence[EvalRecord],
-    paths: dict[str, str],
-    *,
-    params: dict[str, Any] | None = None,
-    run_name: str | None = None,
-    experiment: str = EXPERIMENT,
-    trace_sample: int = 20,
-    seed: int = 0,
-) -> str:
-    """Log one evaluation to MLflow and return the run id."""
-    mlflow = _mlflow()
-    run_id = os.environ.get("MLFLOW_RUN_ID")
-    if run_id is None:
-        mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name) as run:
-        mlflow.log_params({k: str(v)[:500] for k, v in (params or {}).items()})
-        mlflow.log_param("methods", ", ".join(summary.methods)[:500])
-        mlflow.log_metrics(summary_metrics(summary))
-        for key in ("markdown", "html", "summary"):
-            mlflow.log_artifact(paths[key], artifact_path="report")
-        for plot in filter(None, paths.get("plots", "").split(",")):
-            mlflow.log_artifact(plot, artifact_path="report")
-        mlflow.log_table(data=per_problem_table(records), artifact_file="per_problem.json")
-        log_traces(mlflow, records, sample=trace_sample, seed=seed)
-        return run.info.run_id
-
-
 def per_problem_table(records: Sequence[EvalRecord]) -> dict[str, list]:
-    """Columns of the per-problem table (no traces, answers truncated)."""
+    """Columns of the per-problem table (no traces; answers truncated)."""
     cols = [
         "method",
         "benchmark",
@@ -114,55 +67,59 @@ def per_problem_table(records: Sequence[EvalRecord]) -> dict[str, list]:
     return table
 
 
-def log_traces(mlflow, records: Sequence[EvalRecord], *, sample: int, seed: int = 0) -> int:
-    """Log a seeded sample of workflows as MLflow traces: a root span per question with one child
-    span per executed step. Returns how many were logged."""
-    with_traces = [r for r in records if r.trace]
-    chosen = random.Random(seed).sample(with_traces, min(sample, len(with_traces)))
-    for r in chosen:
-        with mlflow.start_span(name=f"{r.method} {r.problem_id}", span_type="CHAIN") as root:
-            root.set_inputs({"question": r.trace.get("question", ""), "problem_id": r.problem_id})
-            root.set_attributes(
-                {"method": r.method, "correct": r.correct, "cost": r.cost, "calls": r.calls}
+def log_evaluation(
+    summary: Summary,
+    records: Sequence[EvalRecord],
+    paths: dict[str, str],
+    *,
+    params: dict[str, Any] | None = None,
+    run_name: str | None = None,
+    experiment: str = EXPERIMENT,
+    trace_sample: int = 20,
+    seed: int = 0,
+) -> str:
+    """Log one evaluation to MLflow and return the run id."""
+    from conductor_core.track.mlflow_run import (
+        log_artifacts,
+        log_metrics,
+        log_params_flat,
+        log_table,
+        start_run,
+    )
+    from conductor_core.track.traces import flush_traces, log_solve_trace, sample
+
+    with start_run(experiment, run_name=run_name) as run:
+        log_params_flat({**(params or {}), "methods": ", ".join(summary.methods)})
+        log_metrics(summary_metrics(summary))
+        for key in ("markdown", "html", "summary"):
+            log_artifacts(paths[key], artifact_path="report")
+        for plot in filter(None, paths.get("plots", "").split(",")):
+            log_artifacts(plot, artifact_path="report")
+        log_table(per_problem_table(records), "per_problem")
+        for r in sample([r for r in records if r.trace], trace_sample, seed):
+            log_solve_trace(
+                r.trace,
+                name=f"{r.method} {r.problem_id}",
+                attributes={
+                    "method": r.method,
+                    "problem_id": r.problem_id,
+                    "repeat": r.repeat,
+                    "correct": r.correct,
+                },
             )
-            for rnd in r.trace.get("rounds", []):
-                with mlflow.start_span(name=f"round {rnd['round']}", span_type="AGENT") as rs:
-                    rs.set_outputs(
-                        {"raw_plan": rnd.get("raw_plan", ""), "plan_error": rnd.get("plan_error")}
-                    )
-                    for step in (rnd.get("workflow") or {}).get("steps", []):
-                        with mlflow.start_span(name=f"step {step['index']}", span_type="LLM") as ss:
-                            ss.set_inputs(
-                                {
-                                    "worker": step["worker"],
-                                    "model": step["model"],
-                                    "subtask": step["subtask"],
-                                    "visible": step["visible"],
-                                }
-                            )
-                            ss.set_outputs(
-                                {"response": step.get("response"), "error": step.get("error")}
-                            )
-                            ss.set_attributes(
-                                {
-                                    "input_tokens": step["input_tokens"],
-                                    "output_tokens": step["output_tokens"],
-                                    "cost": step["cost"],
-                                    "latency_s": step["latency_s"],
-                                }
-                            )
-            root.set_outputs({"answer": r.answer})
-    return len(chosen)
+        flush_traces()
+        return run.info.run_id
 
 
 def compare_runs(experiment: str = EXPERIMENT, max_runs: int = 20) -> list[dict[str, Any]]:
     """The latest runs of an experiment with their metrics, newest first."""
-    mlflow = _mlflow()
+    from conductor_core.track.mlflow_run import configure
+
+    mlflow = configure()
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    client = mlflow.MlflowClient()
-    runs = client.search_runs(
+    runs = mlflow.MlflowClient().search_runs(
         [exp.experiment_id], max_results=max_runs, order_by=["attributes.start_time DESC"]
     )
     return [

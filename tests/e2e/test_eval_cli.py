@@ -67,7 +67,7 @@ def test_eval_run_demo_writes_records_report_and_mlflow(tmp_path, mlflow_uri, ca
     run_id = printed.strip().splitlines()[-1].split()[-1]
     run = mlflow.get_run(run_id)
     assert 0.0 <= run.data.metrics["accuracy.average"] <= 1.0
-    assert "moa_1.cost_per_question.average" in run.data.metrics
+    assert "moa:1.cost_per_question.average" in run.data.metrics
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, "report")}
     assert {"report/report.md", "report/report.html"} <= arts
     traces = mlflow.search_traces(run_id=run_id, return_type="list")
