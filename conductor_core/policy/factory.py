@@ -1,0 +1,67 @@
+"""Turn a user's ``--conductor`` value into a plan source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConductorError
+from conductor_core.policy.base import PlanSource
+
+ACCEPTED_FORMS = (
+    "'scripted' (deterministic heuristic plans), 'tiny' (the built-in tiny local model), "
+    "an http(s) URL of an OpenAI-compatible endpoint serving the Conductor, "
+    "or a local model directory written by save_pretrained"
+)
+
+
+def load_plan_source(
+    spec: str,
+    *,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    **kw: Any,
+) -> PlanSource:
+    """The plan source that ``spec`` names.
+
+    * ``"scripted"``: :class:`~conductor_core.policy.scripted.ScriptedPlanSource` (``kw``: routes,
+      verify);
+    * ``"tiny"``: the default tiny Conductor (built on first use) on transformers (``kw`` as for
+      :class:`~conductor_core.policy.local.TransformersPlanSource`);
+    * ``http://...`` or ``https://...``: :class:`~conductor_core.policy.openai_policy.
+      OpenAIPlanSource`; ``model`` names the served model (None: the only one the server lists);
+    * an existing directory: a :class:`~conductor_core.policy.local.TransformersPlanSource`.
+
+    Anything else raises :class:`ConductorError` naming the accepted forms. No network or model
+    load happens here, except building the tiny model the first time ``"tiny"`` is asked for.
+    """
+    text = (spec or "").strip()
+    lowered = text.lower()
+    if lowered == "scripted":
+        from conductor_core.policy.scripted import ScriptedPlanSource
+
+        return ScriptedPlanSource(**kw)
+    if lowered == "tiny":
+        from conductor_core.policy.local import TransformersPlanSource
+        from conductor_core.policy.tiny import default_tiny_dir
+
+        return TransformersPlanSource(default_tiny_dir(), **kw)
+    if lowered.startswith(("http://", "https://")):
+        from conductor_core.policy.openai_policy import OpenAIPlanSource
+
+        return OpenAIPlanSource(text, model, api_key_env=api_key_env, **kw)
+    if text:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            from conductor_core.policy.local import TransformersPlanSource
+
+            if not (path / "config.json").is_file():
+                raise ConductorError(
+                    f"--conductor: {text} has no config.json, so it is not a model directory; "
+                    f"give a directory written by save_pretrained"
+                )
+
+            return TransformersPlanSource(path, **kw)
+        if path.exists():
+            raise ConductorError(f"--conductor: {text} is a file, not a model directory")
+    raise ConductorError(f"--conductor: cannot use {text!r}; give {ACCEPTED_FORMS}")
