@@ -70,7 +70,9 @@ def test_eval_run_demo_writes_records_report_and_mlflow(tmp_path, mlflow_uri, ca
     assert "moa:1.cost_per_question.average" in run.data.metrics
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, "report")}
     assert {"report/report.md", "report/report.html"} <= arts
-    traces = mlflow.search_traces(run_id=run_id, return_type="list")
+    traces = mlflow.search_traces(
+        locations=[run.info.experiment_id], run_id=run_id, return_type="list"
+    )
     assert 0 < len(traces) <= 20
     spans = traces[0].data.spans
     assert any(s.name.startswith("step ") for s in spans)
