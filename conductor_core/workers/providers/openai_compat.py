@@ -132,7 +132,9 @@ class OpenAIProvider:
             )
         if isinstance(exc, openai.APIConnectionError):
             return ProviderError(
-                f"connection failed: {detail}", kind=ErrorKind.CONNECTION, retryable=True
+                f"cannot reach {self.worker.endpoint}: {detail}",
+                kind=ErrorKind.CONNECTION,
+                retryable=True,
             )
         if isinstance(exc, openai.APIResponseValidationError):
             return malformed(f"response did not match the API schema: {detail}")
