@@ -67,6 +67,13 @@ def command(
         click.echo(json.dumps(trace.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         view.summary(trace)
+        known = bank.get(question) if bank is not None else None
+        if known is not None and trace.answer is not None:
+            from conductor_core.tasks.grading import grade
+
+            verdict = grade(known, trace.answer)
+            mark = "[green]right[/green]" if verdict.correct else "[red]wrong[/red]"
+            view.console.print(f"graded against {known.id}'s reference: {mark} ({verdict.reason})")
     if trace.format_error or trace.infra_error or trace.answer is None:
         sys.exit(1)
 

@@ -1,0 +1,90 @@
+"""`conductor solve` and `conductor plan` on the embedded default (bundled simulated pool)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conductor_core.cli import main
+
+QUESTION = (
+    "A train travels 240 kilometres in 3 hours. At the same speed, how many kilometres "
+    "does it travel in 5 hours?"
+)
+
+
+def test_solve_shows_plan_steps_answer_and_totals(capsys) -> None:
+    main(["solve", QUESTION])
+    out = capsys.readouterr().out
+    assert "Plan" in out and "step 0" in out and "step 1" in out
+    assert "Answer" in out and "calls 2" in out and "cost $" in out
+    assert "graded against demo-math-004" in out
+
+
+def test_solve_json_prints_the_trace(capsys) -> None:
+    main(["solve", QUESTION, "--json", "--rounds", "2"])
+    trace = json.loads(capsys.readouterr().out)
+    assert trace["question"] == QUESTION and trace["answer"]
+    first = trace["rounds"][0]
+    assert first["raw_plan"].startswith("#") and first["workflow"]["calls"] == 2
+    step = first["workflow"]["steps"][1]
+    assert step["visible"] == [0] and len(step["prompt_digest"]) == 16 and step["model"]
+    assert trace["rounds"][1]["kept_previous"]
+
+
+def test_plan_only_prints_json(capsys) -> None:
+    main(["plan", "Which option is a noble gas?\nA. Chlorine\nB. Neon\nC. Hydrogen\nD. Oxygen"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] is None and out["plan"]["model_id"][0] == 1  # routed to the mcq expert
+
+
+def test_missing_key_and_missing_pool_are_one_line_errors(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        yaml.safe_dump(
+            {
+                "workers": [
+                    {
+                        "provider": "openai",
+                        "model": "gpt-x",
+                        "endpoint": "https://api.example.com/v1",
+                        "api_key_env": "NO_SUCH_KEY_VAR",
+                    }
+                ]
+            }
+        )
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", "hi", "--pool", str(pool)])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and "NO_SUCH_KEY_VAR" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", "hi", "--pool", str(tmp_path / "missing.yaml")])
+    assert exc.value.code == 2 and "not found" in capsys.readouterr().err
+
+
+def test_unreachable_worker_is_a_recorded_failure_with_non_zero_exit(tmp_path, capsys) -> None:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        yaml.safe_dump(
+            {
+                "workers": [
+                    {
+                        "provider": "openai",
+                        "model": "m",
+                        "endpoint": "http://127.0.0.1:9/v1",
+                        "max_retries": 1,
+                    }
+                ],
+                "retry": {"backoff_base_s": 0.01},
+            }
+        )
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", "hi", "--pool", str(pool)])
+    out = capsys.readouterr().out
+    assert exc.value.code == 1 and "cannot reach http://127.0.0.1:9/v1" in out
+    assert "infrastructure error" in out
