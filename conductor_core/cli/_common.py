@@ -51,9 +51,7 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=AccessMode.BINARY.value,
             show_default=True,
         ),
-        click.option(
-            "--descriptors", is_flag=True, help="Describe workers to the Conductor."
-        ),
+        click.option("--descriptors", is_flag=True, help="Describe workers to the Conductor."),
         click.option("--seed", "sample_index", default=0, show_default=True, help="Sample index."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
