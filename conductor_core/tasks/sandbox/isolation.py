@@ -248,9 +248,11 @@ def build_plan(
 
 
 def available_modes() -> list[str]:
-    """Modes whose tools exist on this host (not yet self-tested), strongest first."""
+    """Modes whose tools exist on this host (not yet self-tested), fastest strong one first."""
     modes = []
     if shutil.which("bwrap"):
+        if _is_root() and sys.platform == "linux":
+            modes.append("zygote")  # see zygote.py: needs root to give each run its own uid
         modes.append("bwrap")
     if shutil.which("unshare"):
         modes.append("unshare")

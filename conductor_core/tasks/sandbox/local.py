@@ -25,6 +25,8 @@ from conductor_core.tasks.sandbox.isolation import (
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
+# "zygote" (zygote.py) forks each run from a pre-started interpreter inside bubblewrap.
+ALL_MODES = ("zygote", *MODES)
 _READ_CHUNK = 65536
 _EXIT_GRACE_S = 0.2
 _uid_rng = random.SystemRandom()
@@ -234,15 +236,17 @@ class LocalSandbox:
 
     def __init__(self, isolation: str | None = None) -> None:
         wanted = (isolation or os.environ.get(ISOLATION_ENV) or "auto").strip().lower()
-        if wanted not in ("auto", *MODES):
+        if wanted not in ("auto", *ALL_MODES):
             raise ConfigError(
-                f"{ISOLATION_ENV} / isolation must be one of auto, {', '.join(MODES)}; "
+                f"{ISOLATION_ENV} / isolation must be one of auto, {', '.join(ALL_MODES)}; "
                 f"got {wanted!r}"
             )
         self.wanted = wanted
         self._mode: str | None = None
+        self._zygotes = None  # ZygotePool, created on first zygote run
         self._probe_failures: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._zygote_lock = threading.Lock()
 
     # -- mode selection -------------------------------------------------------------------
     def mode(self) -> str:
@@ -272,17 +276,35 @@ class LocalSandbox:
     def report(self) -> dict:
         """What this host supports and what this backend uses."""
         mode = self.mode()
-        plan = build_plan(
-            mode, SandboxLimits(), host_workdir="/tmp", file_fds={}, marker_fd=3, uid=UID_BASE
-        )
+        if mode == "zygote":
+            from conductor_core.tasks.sandbox.zygote import ISOLATION_TAGS
+
+            isolation = ISOLATION_TAGS
+        else:
+            isolation = build_plan(
+                mode, SandboxLimits(), host_workdir="/tmp", file_fds={}, marker_fd=3, uid=UID_BASE
+            ).isolation
         return {
             "backend": self.name,
             "mode": mode,
-            "isolation": list(plan.isolation),
+            "isolation": list(isolation),
             "available": available_modes(),
             "self_test_failures": dict(self._probe_failures),
             "running_as_root": os.geteuid() == 0,
         }
+
+    def _zygote_pool(self):
+        from conductor_core.tasks.sandbox.zygote import ZygotePool
+
+        with self._zygote_lock:
+            if self._zygotes is None:
+                self._zygotes = ZygotePool()
+            return self._zygotes
+
+    def close(self) -> None:
+        """Stop this backend's idle zygotes (zygote mode); other modes hold nothing."""
+        if self._zygotes is not None:
+            self._zygotes.close()
 
     # -- one run ----------------------------------------------------------------------------
     def run(
@@ -307,6 +329,8 @@ class LocalSandbox:
         limits: SandboxLimits,
         files: dict[str, str] | None,
     ) -> SandboxResult:
+        if mode == "zygote":
+            return self._zygote_pool().run(code, stdin, limits, _check_files(files))
         staged = {"main.py": code, **_check_files(files)}
         host_dir = tempfile.mkdtemp(prefix="conductor-sbx-")
         fds: list[int] = []
