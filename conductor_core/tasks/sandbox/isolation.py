@@ -148,17 +148,18 @@ def _bwrap_argv(limits: SandboxLimits, file_fds: dict[str, int]) -> list[str]:
     for src in _ETC_FILES:
         if os.path.exists(src):
             argv += ["--ro-bind", src, src]
-    made: set[str] = {"/", "/etc"}
+    size = str(limits.tmpfs_mb * 1024 * 1024)
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    argv += ["--perms", "0755", "--size", size, "--tmpfs", SANDBOX_DIR]
+    # Python roots after the tmpfs mounts, so a venv under /tmp (a CI checkout) stays visible.
+    made: set[str] = {"/", "/etc", "/tmp", SANDBOX_DIR}
     for root in python_roots():
         for parent in reversed(Path(root).parents):
             if str(parent) not in made:
                 made.add(str(parent))
                 argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", root, root]
-    size = str(limits.tmpfs_mb * 1024 * 1024)
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    argv += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
-    argv += ["--perms", "0755", "--size", size, "--tmpfs", SANDBOX_DIR]
     for rel, fd in sorted(file_fds.items()):
         dest = f"{SANDBOX_DIR}/{rel}"
         for parent in reversed(Path(rel).parents):

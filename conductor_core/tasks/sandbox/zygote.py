@@ -277,6 +277,10 @@ def _runner(sock: socket.socket) -> None:
         opts = f"size={size},uid={uid},gid={uid}"
         _mount(libc, "tmpfs", SANDBOX_DIR, "tmpfs", _MS_NOSUID | _MS_NODEV, opts + ",mode=0700")
         _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, opts + ",mode=1777")
+        for stash, dest in _TMP_ROOTS:  # Python roots under /tmp (e.g. a CI checkout's venv)
+            os.makedirs(dest, mode=0o755, exist_ok=True)
+            _mount(libc, stash, dest, None, _MS_BIND | _MS_REC, None)
+            _mount(libc, None, dest, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -316,8 +320,16 @@ def _runner(sock: socket.socket) -> None:
     os._exit(0)
 
 
-def _serve(sock_fd: int, site: list[str]) -> None:
-    """The zygote's loop: pre-fork a runner, wait for it, repeat; never run a program itself."""
+_TMP_ROOTS: list[tuple[str, str]] = []
+
+
+def _serve(sock_fd: int, site: list[str], tmp_roots: list[tuple[str, str]] = ()) -> None:
+    """The zygote's loop: pre-fork a runner, wait for it, repeat; never run a program itself.
+
+    ``tmp_roots`` are (stash, path) pairs of Python roots that live under /tmp: each run mounts
+    a fresh tmpfs on /tmp, then binds them back read-only from their stash.
+    """
+    _TMP_ROOTS[:] = list(tmp_roots)
     sys.path.extend(site)
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
@@ -363,7 +375,7 @@ class _Zygote:
     def __init__(self) -> None:
         import subprocess
 
-        from conductor_core.tasks.sandbox.isolation import _bwrap_argv, site_dirs
+        from conductor_core.tasks.sandbox.isolation import _bwrap_argv, python_roots, site_dirs
         from conductor_core.tasks.sandbox.local import scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxLimits
 
@@ -371,8 +383,12 @@ class _Zygote:
             source = fh.read()
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = _bwrap_argv(SandboxLimits(), {})
+        tmp_roots = [r for r in python_roots() if r == "/tmp" or r.startswith("/tmp/")]
+        stashes = [(f"/.conductor-pyroot-{i}", root) for i, root in enumerate(tmp_roots)]
+        binds = [x for stash, root in stashes for x in ("--ro-bind", root, stash)]
+        argv[-1:-1] = binds  # before bwrap's closing "--"
         argv += [sys.executable, "-I", "-S", "-B", "-c", source, "serve", str(child.fileno())]
-        argv += [os.pathsep.join(site_dirs())]
+        argv += [os.pathsep.join(site_dirs()), json.dumps(stashes)]
         self.sock = host
         self.proc = subprocess.Popen(
             argv,
@@ -641,4 +657,8 @@ class ZygotePool:
 
 
 if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "serve":
-    _serve(int(sys.argv[2]), [p for p in sys.argv[3].split(os.pathsep) if p])
+    _serve(
+        int(sys.argv[2]),
+        [p for p in sys.argv[3].split(os.pathsep) if p],
+        [tuple(pair) for pair in json.loads(sys.argv[4])] if len(sys.argv) > 4 else [],
+    )
