@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import selectors
@@ -260,9 +261,11 @@ class LocalSandbox:
         candidates = available_modes() if self.wanted == "auto" else [self.wanted]
         for mode in candidates:
             if mode == "rlimits":
+                self._warn_fallback(mode)
                 return mode
             probe = self._run_in(mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {})
             if probe.status == "ok" and probe.stdout.strip() == "sandbox-ok":
+                self._warn_fallback(mode)
                 return mode
             self._probe_failures[mode] = probe.reason
         if self.wanted != "auto":
@@ -272,6 +275,14 @@ class LocalSandbox:
                 f"unset {ISOLATION_ENV} or install bubblewrap"
             )
         return "rlimits"
+
+    def _warn_fallback(self, mode: str) -> None:
+        if self._probe_failures:
+            logging.getLogger("conductor.sandbox").warning(
+                "sandbox: falling back to %r isolation; stronger modes failed their self-test: %s",
+                mode,
+                self._probe_failures,
+            )
 
     def report(self) -> dict:
         """What this host supports and what this backend uses."""
