@@ -24,6 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("conductor_core.cli.simulate", "Simulated workers and their HTTP server."),
     "grade": ("conductor_core.cli.grade", "Grade a file of answers against a file of problems."),
     "tasks": ("conductor_core.cli.tasks", "Benchmark sources: export problems as JSONL."),
+    "train": (
+        "conductor_core.cli.train",
+        "GRPO training of the Conductor.",
+    ),
     "eval": ("conductor_core.cli.eval", "Evaluate on benchmarks with baselines; reports."),
     "curate": ("conductor_core.cli.curate", "Curate a training dataset (gated by expectations)."),
 }
