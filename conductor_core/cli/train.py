@@ -1,0 +1,118 @@
+"""``conductor train``: run one GRPO stage (base, adaptive or recursive) from a YAML config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from conductor_core.errors import ConfigError
+
+
+def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
+    """``("a.b=3", "c=x")`` -> ``{"a": {"b": 3}, "c": "x"}`` (values parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set: expected KEY=VALUE (e.g. steps=20), got '{item}'")
+        value = yaml.safe_load(raw) if raw.strip() else None
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set: '{key}' conflicts with another --set")
+        node[parts[-1]] = value
+    return out
+
+
+@click.command(help="Train the Conductor with GRPO (one stage) from a YAML config.")
+@click.option(
+    "--stage",
+    type=click.Choice(["base", "adaptive", "recursive"]),
+    default=None,
+    help="Stage to run (default: the config's 'stage').",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Stage config YAML. Default: the bundled config of the stage.",
+)
+@click.option(
+    "--profile",
+    type=click.Choice(["tiny", "paper"]),
+    default=None,
+    help="Named profile under the config: 'tiny' (CPU, minutes) or 'paper' (GPU, 7B).",
+)
+@click.option("--output-dir", default=None, help="Override output_dir.")
+@click.option("--steps", type=click.IntRange(1), default=None, help="Override steps.")
+@click.option("--init-from", default=None, help="Override init_from (a model directory).")
+@click.option(
+    "--set", "sets", multiple=True, help="Override any field: --set reward.executions_per_plan=2"
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+def command(
+    stage: str | None,
+    config_path: Path | None,
+    profile: str | None,
+    output_dir: str | None,
+    steps: int | None,
+    init_from: str | None,
+    sets: tuple[str, ...],
+    no_progress: bool,
+    print_config: bool,
+) -> None:
+    """Resolve the config, run the stage, print a summary."""
+    from conductor_core.train import bundled_config_path
+    from conductor_core.train.config import load_config
+
+    overrides = parse_sets(sets)
+    for key, value in (("output_dir", output_dir), ("steps", steps), ("init_from", init_from)):
+        if value is not None:
+            overrides[key] = value
+    path = config_path or bundled_config_path(stage or "base")
+    config = load_config(path, stage=stage, profile=profile, overrides=overrides)
+    if print_config:
+        click.echo(config.to_yaml(), nl=False)
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.print(
+        f"[bold]conductor train[/bold] stage={config.stage} profile={config.profile or '-'} "
+        f"steps={config.steps} batch={config.questions_per_step}x{config.plans_per_question} "
+        f"-> {config.output_path()}"
+    )
+    from conductor_core.train.grpo import run_stage
+
+    result = run_stage(config, progress=not no_progress, log=lambda m: console.print(m))
+    print_summary(result.summary, result.run_id, console)
+
+
+def print_summary(summary: dict[str, Any], run_id: str | None, console: Any) -> None:
+    """The end-of-run summary table."""
+    from rich.table import Table
+
+    table = Table(title="training summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("first steps", justify="right")
+    table.add_column("last steps", justify="right")
+    for label in ("reward", "format_error_rate", "best_worker_share", "mean_steps"):
+        if f"{label}_first" in summary:
+            table.add_row(
+                label, f"{summary[f'{label}_first']:.3f}", f"{summary[f'{label}_last']:.3f}"
+            )
+    console.print(table)
+    console.print(
+        f"steps {summary.get('steps')}, {summary.get('seconds')}s; "
+        f"model: {summary.get('model_dir')}"
+        + (f"; resumed from {summary['resumed_from']}" if summary.get("resumed_from") else "")
+        + (f"; MLflow run {run_id}" if run_id else "")
+    )

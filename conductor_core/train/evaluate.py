@@ -1,0 +1,240 @@
+"""Before/after evaluation of a Conductor on held-out problems (used by the learning test, the
+learning demo and the CLI summary).
+
+Plans are sampled with transformers (temperature 1.0 by default, like training), scored with the
+training reward on the pool, and summarised: mean reward, format-error rate, best-worker share,
+worker shares; for adaptive pools the share of plans naming a worker outside the offered subset;
+for recursion, how often a second round keeps a right answer and revises a wrong one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from random import Random
+from typing import Any
+
+from conductor_core.tasks.problem import Problem
+from conductor_core.train.config import StageConfig
+from conductor_core.train.data import offered_subset, prompt_messages
+from conductor_core.train.reward import ConductorReward, PlanOutcome, PreviousRound, summarize
+from conductor_core.workers.config import PoolConfig
+
+
+def generate_texts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[list[dict[str, str]]],
+    *,
+    n: int = 1,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> list[list[str]]:
+    """``n`` sampled completions per prompt (greedy when ``temperature`` is 0)."""
+    import torch
+
+    texts = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    flat = [t for t in texts for _ in range(n)]
+    tokenizer.padding_side = "left"
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    outputs: list[str] = []
+    for i in range(0, len(flat), batch_size):
+        chunk = flat[i : i + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(device) for k, v in enc.items()}
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+        }
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+        else:
+            kwargs.update(do_sample=False)
+        with torch.inference_mode():
+            out = model.generate(**enc, **kwargs)
+        width = enc["input_ids"].shape[1]
+        outputs.extend(tokenizer.batch_decode(out[:, width:], skip_special_tokens=True))
+    if was_training:
+        model.train()
+    return [outputs[j * n : (j + 1) * n] for j in range(len(prompts))]
+
+
+def evaluate_policy(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    bank: Any,
+    config: StageConfig,
+    *,
+    plans_per_question: int = 4,
+    adaptive: bool = False,
+    seed: int = 0,
+    temperature: float = 1.0,
+) -> dict[str, float]:
+    """Sample plans for ``problems`` and score them; returns :func:`summarize` metrics plus
+    ``out_of_subset_rate`` (plans naming a worker the prompt did not offer)."""
+    rng = Random(seed)
+    size = len(pool.workers)
+    offered = [
+        offered_subset(rng, size, config.adaptive.k_min, config.adaptive.k_max)
+        if adaptive
+        else list(range(size))
+        for _ in problems
+    ]
+    prompts = [
+        prompt_messages(
+            p.question,
+            len(ids),
+            style=config.data.prompt_style,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+        )
+        for p, ids in zip(problems, offered, strict=True)
+    ]
+    texts = generate_texts(
+        model,
+        tokenizer,
+        prompts,
+        n=plans_per_question,
+        max_new_tokens=config.generation.max_completion_length,
+        temperature=temperature,
+        seed=seed,
+    )
+    flat_texts = [t for group in texts for t in group]
+    ids = [p.id for p in problems for _ in range(plans_per_question)]
+    offers = [o for o in offered for _ in range(plans_per_question)]
+    reward = _reward(problems, pool, bank, config)
+    outcomes = asyncio.run(_score(reward, flat_texts, ids, offers, base_index=seed * 7919))
+    metrics = summarize(outcomes, pool_size=size, best=reward.best)
+    metrics["out_of_subset_rate"] = sum(
+        1 for o in outcomes if o.format_code == "unknown_worker"
+    ) / max(1, len(outcomes))
+    metrics["plans"] = float(len(outcomes))
+    return metrics
+
+
+def evaluate_recursion(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    bank: Any,
+    config: StageConfig,
+    *,
+    seed: int = 0,
+    temperature: float = 1.0,
+    plans_per_question: int = 2,
+) -> dict[str, float]:
+    """Round 1 then a forced round 2 for each problem; returns keep/revise rates by correctness.
+
+    ``keep_when_right``: share of round-2 plans that keep a right round-1 answer;
+    ``revise_when_wrong``: share that write a new plan after a wrong one; ``final_reward`` and
+    ``first_reward``: mean rewards after round 2 and after round 1.
+    """
+    size = len(pool.workers)
+    reward = _reward(problems, pool, bank, config)
+    prompts = [
+        prompt_messages(
+            p.question,
+            size,
+            style=config.data.prompt_style,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+        )
+        for p in problems
+    ]
+    max_new = config.generation.max_completion_length
+    first = generate_texts(
+        model,
+        tokenizer,
+        prompts,
+        n=plans_per_question,
+        max_new_tokens=max_new,
+        temperature=temperature,
+        seed=seed,
+    )
+    flat = [t for g in first for t in g]
+    rows = [p for p in problems for _ in range(plans_per_question)]
+    full = [list(range(size))] * len(flat)
+    firsts = asyncio.run(_score(reward, flat, [p.id for p in rows], full, base_index=seed))
+    from conductor_core.train.recursive import previous_plan_text
+
+    previous = [
+        PreviousRound(
+            plan=previous_plan_text(t, size, config.data.max_steps, config.data.access_mode),
+            answer=o.answer,
+        )
+        for t, o in zip(flat, firsts, strict=True)
+    ]
+    second_prompts = [
+        prompt_messages(
+            p.question,
+            size,
+            style=config.data.prompt_style,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+            previous_plan=prev.plan,
+            previous_answer=prev.answer or "",
+        )
+        for p, prev in zip(rows, previous, strict=True)
+    ]
+    second = generate_texts(
+        model,
+        tokenizer,
+        second_prompts,
+        n=1,
+        max_new_tokens=max_new,
+        temperature=temperature,
+        seed=seed + 1,
+    )
+    texts2 = [g[0] for g in second]
+    seconds = asyncio.run(
+        _score(reward, texts2, [p.id for p in rows], full, base_index=seed + 1, previous=previous)
+    )
+    return recursion_metrics(firsts, seconds)
+
+
+def recursion_metrics(firsts: Sequence[PlanOutcome], seconds: Sequence[PlanOutcome]):
+    """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order)."""
+    right = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.correct]
+    wrong = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.plan_ok and not a.correct]
+    scored1 = [a.reward for a in firsts if a.reward is not None]
+    scored2 = [b.reward for b in seconds if b.reward is not None]
+    return {
+        "keep_when_right": sum(1 for _, b in right if b.keep) / len(right) if right else 0.0,
+        "revise_when_wrong": sum(1 for _, b in wrong if b.plan_ok and not b.keep) / len(wrong)
+        if wrong
+        else 0.0,
+        "first_reward": sum(scored1) / len(scored1) if scored1 else 0.0,
+        "final_reward": sum(scored2) / len(scored2) if scored2 else 0.0,
+        "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),
+        "right_first": float(len(right)),
+        "wrong_first": float(len(wrong)),
+    }
+
+
+def _reward(problems, pool, bank, config: StageConfig) -> ConductorReward:
+    return ConductorReward(
+        {p.id: p for p in problems},
+        pool,
+        bank=bank,
+        max_steps=config.data.max_steps,
+        access_mode=config.data.access_mode,
+    )
+
+
+async def _score(reward: ConductorReward, texts, ids, offered, *, base_index=0, previous=None):
+    try:
+        return await reward.score(texts, ids, offered, base_index=base_index, previous=previous)
+    finally:
+        await reward.aclose()

@@ -1,0 +1,499 @@
+"""The GRPO stages on TRL's GRPOTrainer: base, adaptive pool and recursive.
+
+:func:`run_stage` is the one entry point: it prepares the model (building the tiny model or
+loading a checkpoint, plus the optional format warm-up), the dataset, the reward and the trainer,
+resumes from the last checkpoint when one exists (same step, same data order: the sampler is
+seeded and the trainer skips the batches already seen), tracks the run, saves the final model to
+``<output_dir>/model`` and returns a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConfigError, require
+from conductor_core.train.config import StageConfig
+from conductor_core.train.reward import ConductorReward, RoundState
+from conductor_core.train.tracking import Tracker, make_tracker
+
+SUMMARY_FILE = "summary.json"
+WARM_DIR = "warmup-model"
+INIT_DIR = "init-model"
+MODEL_DIR = "model"
+
+
+@dataclass
+class StageResult:
+    """What a finished stage produced."""
+
+    stage: str
+    output_dir: Path
+    model_dir: Path
+    steps: int
+    seconds: float
+    resumed_from: str | None = None
+    run_id: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs: problems, pool, bank
+
+
+def load_inputs(config: StageConfig):
+    """The training problems (of ``data.split``), all problems by id, the pool and the bank."""
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.data import select_problems
+    from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
+    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.simulated import ProblemBank
+
+    spec = config.data
+    problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
+    pool_path = bundled_train_pool_path() if spec.pool == "bundled" else spec.pool
+    problems = read_problems(problems_path)
+    train = select_problems(problems, spec.split, spec.max_problems)
+    if not train:
+        raise ConfigError(
+            f"data.split: no problems with metadata.split == '{spec.split}' in {problems_path}; "
+            f"set data.split to null to use them all"
+        )
+    pool = load_pool(pool_path)
+    if spec.worker_profile:
+        pool = pool.with_profile(spec.worker_profile)
+    bank = None
+    if any(w.provider == "simulated" for w in pool.workers):
+        bank_problems = read_problems(spec.bank) if spec.bank else problems
+        bank = ProblemBank(bank_problems)
+    return train, {p.id: p for p in problems}, pool, bank
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+
+
+def resolve_device(config: StageConfig) -> str:
+    """``cpu`` or ``cuda`` (``auto``: cuda when available)."""
+    if config.device != "auto":
+        return config.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
+    """Tokenizer corpus for a tiny model: the default corpus plus this stage's prompts and plans."""
+    from random import Random
+
+    from conductor_core.policy.tiny import default_corpus
+    from conductor_core.train.data import prompt_messages
+    from conductor_core.train.warmup import synthetic_plan
+
+    rng = Random(config.seed)
+    texts = default_corpus(seed=config.seed)
+    for p in list(problems)[:400]:
+        messages = prompt_messages(
+            p.question, pool_size, style=config.data.prompt_style, max_steps=config.data.max_steps
+        )
+        texts.append(messages[0]["content"])
+        plan = synthetic_plan(rng, pool_size, max_plan_steps=2)
+        texts.append(plan)
+        if config.data.prompt_style == "compact":
+            again = prompt_messages(
+                p.question,
+                pool_size,
+                style="compact",
+                max_steps=config.data.max_steps,
+                previous_plan=plan,
+                previous_answer="\\boxed{42}",
+            )
+            texts.append(again[0]["content"])
+    return texts
+
+
+def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
+    """Where the stage's starting weights are: ``init_from``, a built tiny model, or a model id."""
+    if config.init_from:
+        path = Path(config.init_from).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"init_from: {path} has no config.json; point it at a previous stage's "
+                f"'{MODEL_DIR}' folder (for example runs/base/{MODEL_DIR})"
+            )
+        return str(path)
+    if config.model.path == "tiny":
+        from conductor_core.policy.tiny import build_tiny_conductor, is_tiny_dir
+
+        out = config.output_path() / INIT_DIR
+        if not is_tiny_dir(out):
+            t = config.model.tiny
+            build_tiny_conductor(
+                out,
+                hidden=t.hidden,
+                layers=t.layers,
+                heads=t.heads,
+                kv_heads=t.kv_heads,
+                vocab=t.vocab,
+                seed=t.seed,
+                corpus=tiny_corpus(problems, pool_size, config),
+            )
+        return str(out)
+    return config.model.path
+
+
+def load_model(path: str, config: StageConfig, device: str):
+    """Load a causal LM and its tokenizer (pad token set)."""
+    if Path(path).exists():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = require("torch", "train", "GRPO training")
+    transformers = require("transformers", "train", "GRPO training")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(
+            f"model.path: the tokenizer of {path} has no chat template; use an instruct model "
+            f"or one whose tokenizer defines chat_template"
+        )
+    dtype = getattr(torch, config.model.dtype) if config.model.dtype else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.to(device)
+    return model, tokenizer
+
+
+def prepare_model(config: StageConfig, problems, pool_size: int, device: str, log: Callable):
+    """Load the starting model; run (or reuse) the format warm-up when enabled."""
+    path = initial_model_dir(config, problems, pool_size)
+    warm = config.output_path() / WARM_DIR
+    if config.warmup.enabled and (warm / "config.json").is_file():
+        log(f"warm-up: reusing {warm}")
+        return load_model(str(warm), config, device)
+    model, tokenizer = load_model(path, config, device)
+    if config.warmup.enabled:
+        from conductor_core.train.warmup import run_warmup
+
+        log(f"warm-up: {config.warmup.steps} steps of supervised format training")
+        every = max(1, config.warmup.steps // 10)
+        stats = run_warmup(
+            model,
+            tokenizer,
+            problems,
+            pool_size,
+            config,
+            on_step=lambda i, loss: (
+                log(f"warm-up step {i}: loss {loss:.3f}") if i % every == 0 else None
+            ),
+        )
+        log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
+        model.save_pretrained(warm)
+        tokenizer.save_pretrained(warm)
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer
+
+
+def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: bool):
+    """The TRL ``GRPOConfig`` for ``config``."""
+    trl = require("trl", "train", "GRPO training")
+    gen = config.generation
+    use_vllm = gen.backend == "vllm"
+    if use_vllm and device != "cuda":
+        raise ConfigError("generation.backend: vllm needs a GPU; use 'transformers' on CPU")
+    kwargs: dict[str, Any] = {
+        "output_dir": str(checkpoint_dir),
+        "per_device_train_batch_size": config.micro_batch,
+        "gradient_accumulation_steps": config.accumulation_steps,
+        "num_generations": config.plans_per_question,
+        "max_completion_length": gen.max_completion_length,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "learning_rate": config.learning_rate,
+        "lr_scheduler_type": config.lr_scheduler,
+        "warmup_steps": config.warmup_ratio,
+        "beta": config.beta,
+        "loss_type": config.loss_type,
+        "scale_rewards": config.scale_rewards,
+        "max_grad_norm": config.max_grad_norm,
+        "max_steps": config.steps,
+        "save_strategy": "steps",
+        "save_steps": config.checkpoint.save_steps,
+        "save_total_limit": config.checkpoint.keep,
+        "logging_steps": 1,
+        "report_to": "none",
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "use_cpu": device == "cpu",
+        "bf16": device == "cuda" and config.model.dtype == "bfloat16",
+        "disable_tqdm": not progress,
+        "log_completions": False,
+        "shuffle_dataset": True,
+        "remove_unused_columns": False,
+        "use_vllm": use_vllm,
+    }
+    if config.gradient_checkpointing:
+        kwargs["gradient_checkpointing"] = True
+    if use_vllm:
+        kwargs.update(
+            vllm_mode=gen.vllm_mode,
+            vllm_gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=gen.vllm_tensor_parallel_size,
+        )
+        if gen.vllm_mode == "server" and gen.vllm_server_base_url:
+            kwargs["vllm_server_base_url"] = gen.vllm_server_base_url
+    return trl.GRPOConfig(**kwargs)
+
+
+def peft_config(config: StageConfig):
+    """A PEFT LoRA config when ``lora.enabled``, else None."""
+    if not config.lora.enabled:
+        return None
+    peft = require("peft", "train", "LoRA training")
+    spec = config.lora
+    return peft.LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+def make_callbacks(
+    config: StageConfig,
+    tracker: Tracker,
+    reward: ConductorReward,
+    history: list[dict[str, float]],
+    samples: list[dict[str, Any]],
+):
+    """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync."""
+    from transformers import TrainerCallback
+
+    from conductor_core.train import storage
+
+    sample_n = config.tracking.sample_plans
+    remote = config.checkpoint_uri() if storage.is_s3(config.checkpoint_uri()) else None
+
+    class _Track(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs:
+                return
+            metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+            step = int(state.global_step)
+            for name, value in reward.last_metrics.items():
+                metrics.setdefault(f"conductor/{name}", value)
+            tracker.log_metrics(metrics, step)
+            history.append(
+                {
+                    "step": float(step),
+                    **metrics,
+                    "problem_ids": reward.last_ids[:: config.plans_per_question],
+                }
+            )
+            for text, outcome in list(zip(reward.last_texts, reward.last_outcomes, strict=False))[
+                :sample_n
+            ]:
+                samples.append(
+                    {
+                        "step": step,
+                        "domain": outcome.domain,
+                        "plan": text,
+                        "reward": outcome.reward,
+                        "format_error": outcome.format_code,
+                        "workers": json.dumps(outcome.workers),
+                    }
+                )
+
+    class _SyncS3(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            name = f"checkpoint-{state.global_step}"
+            local = Path(args.output_dir) / name
+            if local.is_dir():
+                storage.upload_dir(local, f"{remote.rstrip('/')}/{name}")
+
+    callbacks: list[Any] = [_Track()]
+    if remote:
+        callbacks.append(_SyncS3())
+    return callbacks
+
+
+def build_trainer(
+    config: StageConfig,
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    reward: ConductorReward,
+    rounds: RoundState | None,
+    args: Any,
+    callbacks: list[Any],
+):
+    """A GRPOTrainer (or the recursive subclass) wired to the Conductor reward."""
+    trl = require("trl", "train", "GRPO training")
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "reward_funcs": [reward],
+        "args": args,
+        "train_dataset": dataset,
+        "processing_class": tokenizer,
+        "callbacks": callbacks,
+        "peft_config": peft_config(config),
+    }
+    if config.stage == "recursive":
+        from conductor_core.train.recursive import make_recursive_trainer_class
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        cls = make_recursive_trainer_class()
+        return cls(
+            **kwargs,
+            conductor_reward=reward,
+            rounds=rounds or RoundState(),
+            prompt_style=config.data.prompt_style,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+            forced_fraction=config.recursive.forced_fraction,
+            first_round_discount=config.recursive.first_round_discount,
+        )
+    return trl.GRPOTrainer(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# The stage
+
+
+def run_stage(
+    config: StageConfig,
+    *,
+    tracker: Tracker | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> StageResult:
+    """Run one training stage end to end (resuming from the last checkpoint if there is one)."""
+    from conductor_core.train import storage
+    from conductor_core.train.data import build_dataset
+    from conductor_core.workflow.executor import Budget
+
+    say = log or (lambda msg: None)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    out = config.output_path()
+    out.mkdir(parents=True, exist_ok=True)
+    config.to_yaml(out / "config.yaml")
+    tracker = tracker or make_tracker(config)
+    started = time.perf_counter()
+    tracker.start()
+    status = "FAILED"
+    try:
+        require("trl", "train", "GRPO training")
+        device = resolve_device(config)
+        train, by_id, pool, bank = load_inputs(config)
+        tracker.log_params(
+            {
+                **config.flat(),
+                **{f"pool.{k}": v for k, v in _flat_pool(pool).items()},
+                "data.train_problems": len(train),
+            }
+        )
+        model, tokenizer = prepare_model(config, train, len(pool.workers), device, say)
+        dataset = build_dataset(train, len(pool.workers), config)
+        rounds = RoundState() if config.stage == "recursive" else None
+        reward = ConductorReward(
+            by_id,
+            pool,
+            bank=bank,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+            executions=config.reward.executions_per_plan,
+            budget=Budget(
+                max_tokens=config.reward.max_tokens_per_plan, deadline_s=config.reward.deadline_s
+            ),
+            max_concurrent=config.reward.max_concurrent_plans,
+            rounds=rounds,
+        )
+        ckpt_uri = config.checkpoint_uri()
+        local_ckpt = out / "checkpoints" if storage.is_s3(ckpt_uri) else Path(ckpt_uri)
+        local_ckpt.mkdir(parents=True, exist_ok=True)
+        resume = storage.last_local_checkpoint(local_ckpt)
+        if resume is None and storage.is_s3(ckpt_uri):
+            name = storage.latest_remote_checkpoint(ckpt_uri)
+            if name:
+                say(f"resume: downloading {name} from {ckpt_uri}")
+                resume = storage.download_checkpoint(ckpt_uri, name, local_ckpt)
+        if resume is not None:
+            say(f"resume: from {resume}")
+        history: list[dict[str, float]] = []
+        samples: list[dict[str, Any]] = []
+        args = grpo_args(config, local_ckpt, device, progress)
+        callbacks = make_callbacks(config, tracker, reward, history, samples)
+        trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        model_dir = out / MODEL_DIR
+        final = trainer.model
+        if config.lora.enabled and hasattr(final, "merge_and_unload"):
+            final = final.merge_and_unload()
+        final.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        summary = summarize_history(history)
+        summary.update(
+            stage=config.stage,
+            steps=int(trainer.state.global_step),
+            seconds=round(time.perf_counter() - started, 1),
+            model_dir=str(model_dir),
+            resumed_from=str(resume) if resume else None,
+        )
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (out / "history.json").write_text(json.dumps(history) + "\n", encoding="utf-8")
+        tracker.log_table(samples, "sample_plans.json")
+        tracker.log_artifact(out / SUMMARY_FILE)
+        tracker.log_artifact(out / "config.yaml")
+        if config.tracking.log_model and config.tracking.backend != "none":
+            tracker.log_model(
+                final,
+                tokenizer,
+                registered_name=config.tracking.registered_model,
+                alias=config.tracking.alias,
+            )
+        status = "FINISHED"
+        return StageResult(
+            stage=config.stage,
+            output_dir=out,
+            model_dir=model_dir,
+            steps=int(trainer.state.global_step),
+            seconds=time.perf_counter() - started,
+            resumed_from=str(resume) if resume else None,
+            run_id=tracker.run_id,
+            history=history,
+            summary=summary,
+        )
+    finally:
+        tracker.finish(status)
+
+
+def summarize_history(history: list[dict[str, float]], window: int = 5) -> dict[str, Any]:
+    """First-vs-last averages (over ``window`` logged steps) of the headline metrics."""
+    keys = {
+        "reward": "reward",
+        "format_error_rate": "conductor/format_error_rate",
+        "best_worker_share": "conductor/best_worker_share",
+        "mean_steps": "conductor/mean_steps",
+    }
+    out: dict[str, Any] = {}
+    for label, key in keys.items():
+        values = [h[key] for h in history if key in h]
+        if values:
+            head, tail = values[:window], values[-window:]
+            out[f"{label}_first"] = round(sum(head) / len(head), 4)
+            out[f"{label}_last"] = round(sum(tail) / len(tail), 4)
+    return out
+
+
+def _flat_pool(pool: Any) -> dict[str, Any]:
+    from conductor_core.train.config import flatten
+
+    return flatten({"workers": {str(i): w for i, w in enumerate(pool.public_dict()["workers"])}})

@@ -1,0 +1,167 @@
+"""Optional format warm-up: a short supervised pass on synthetic valid plans.
+
+For small models that do not yet write the three-list format. Each example is a training
+question's Conductor prompt followed by a valid plan whose worker ids are drawn uniformly at
+random (so the warm-up teaches the format, not a routing strategy). With ``prompt_loss`` (the
+default) the language-modelling loss covers the prompt tokens too: a tiny random model then learns
+to represent the question, which GRPO needs to learn routing (measured: with the loss on the
+completion only, routing stayed at chance).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from random import Random
+from typing import Any
+
+from conductor_core.tasks.problem import Problem
+from conductor_core.train.config import StageConfig
+from conductor_core.train.data import prompt_messages
+from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
+
+KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
+"""Three empty lists: keep the previous answer (recursion rounds)."""
+
+WARMUP_SUBTASKS: tuple[str, ...] = (
+    "Solve the problem and give the final answer.",
+    "Answer the question.",
+    "Work through the question step by step and state the final answer.",
+    "Check the earlier answer and give the corrected final answer.",
+)
+
+
+def synthetic_plan(
+    rng: Random,
+    num_workers: int,
+    *,
+    max_plan_steps: int = 1,
+    access_mode: AccessMode | str = AccessMode.BINARY,
+) -> str:
+    """A valid rendered plan of 1..``max_plan_steps`` steps with uniformly random worker ids."""
+    steps = []
+    for i in range(rng.randint(1, max_plan_steps)):
+        access: Any = ALL if i and rng.random() < 0.7 else ()
+        steps.append(
+            Step(
+                worker=rng.randrange(num_workers),
+                subtask=rng.choice(WARMUP_SUBTASKS),
+                access=access,
+            )
+        )
+    return Workflow(steps=tuple(steps), access_mode=AccessMode(access_mode)).render()
+
+
+def warmup_texts(
+    problems: Sequence[Problem], pool_size: int, config: StageConfig, count: int, *, seed: int = 0
+) -> list[tuple[list[dict[str, str]], str]]:
+    """``count`` (prompt messages, plan text) pairs over the training problems.
+
+    A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer,
+    answered half the time by three empty lists (keep) and half by a new random plan.
+    """
+    rng = Random(seed)
+    out = []
+    for _ in range(count):
+        p = rng.choice(list(problems))
+        messages = prompt_messages(
+            p.question,
+            pool_size,
+            style=config.data.prompt_style,
+            max_steps=config.data.max_steps,
+            access_mode=config.data.access_mode,
+        )
+        steps = min(config.warmup.max_plan_steps, config.data.max_steps)
+        plan = synthetic_plan(
+            rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
+        )
+        if rng.random() < config.warmup.recursion_fraction:
+            right = rng.random() < 0.5
+            answer = p.reference if right else rng.choice(list(problems)).reference
+            messages = prompt_messages(
+                p.question,
+                pool_size,
+                style=config.data.prompt_style,
+                max_steps=config.data.max_steps,
+                access_mode=config.data.access_mode,
+                previous_plan=plan,
+                previous_answer=f"The final answer is {answer}.",
+            )
+            if rng.random() < 0.5:
+                plan = KEEP_PLAN
+            else:
+                plan = synthetic_plan(
+                    rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
+                )
+        out.append((messages, plan))
+    return out
+
+
+def encode_example(
+    tokenizer: Any, messages: list[dict[str, str]], plan: str, *, prompt_loss: bool
+) -> tuple[list[int], list[int]]:
+    """Token ids and labels of one example (labels -100 on the prompt unless ``prompt_loss``)."""
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(plan, add_special_tokens=False)["input_ids"]
+    completion_ids = [*completion_ids, tokenizer.eos_token_id]
+    ids = prompt_ids + completion_ids
+    labels = (list(prompt_ids) if prompt_loss else [-100] * len(prompt_ids)) + completion_ids
+    return ids, labels
+
+
+def run_warmup(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool_size: int,
+    config: StageConfig,
+    *,
+    on_step: Callable[[int, float], None] | None = None,
+) -> dict[str, float]:
+    """Train ``model`` in place on synthetic plans; returns ``{"steps", "loss", "seconds"}``.
+
+    Stops after ``warmup.steps`` steps or ``warmup.max_seconds``, whichever comes first.
+    """
+    import torch
+
+    spec = config.warmup
+    torch.manual_seed(config.seed)
+    examples = warmup_texts(
+        problems, pool_size, config, spec.steps * spec.batch_size, seed=config.seed + 1
+    )
+    encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=spec.learning_rate
+    )
+    model.train()
+    start = time.perf_counter()
+    loss_value = float("nan")
+    done = 0
+    for step in range(spec.steps):
+        batch = encoded[step * spec.batch_size : (step + 1) * spec.batch_size]
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, labs) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(labs)] = torch.tensor(labs)
+            mask[row, : len(ids)] = 1
+        out = model(
+            input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
+        )
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = float(out.loss.detach())
+        done = step + 1
+        if on_step is not None:
+            on_step(done, loss_value)
+        if spec.max_seconds is not None and time.perf_counter() - start > spec.max_seconds:
+            break
+    model.eval()
+    return {"steps": float(done), "loss": loss_value, "seconds": time.perf_counter() - start}

@@ -1,0 +1,204 @@
+"""Real GRPO steps on a realistically sized Conductor: random weights of the Qwen2.5-7B
+architecture (no downloads), TRL's vLLM generation (colocate), the simulated worker pool.
+
+Prints step time, generation throughput and GPU memory, and writes them to <out>/gpu_grpo.json.
+
+    python scripts/gpu_grpo.py --out /tmp/gpu-grpo --steps 3                  # H100/H200, vLLM
+    python scripts/gpu_grpo.py --arch tiny --backend transformers --steps 1   # CPU smoke check
+
+Needs the training image (CUDA torch, TRL, vLLM inside TRL's supported window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+QWEN25_7B = {
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+}
+"""The published Qwen2.5-7B architecture (a property of the model, not code)."""
+
+TINY = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": True,
+}
+
+
+def build_random_model(out: Path, arch: dict, dtype: str) -> Path:
+    """A random-weight Qwen2 of ``arch`` with a locally trained chat tokenizer, saved to ``out``."""
+    import torch
+    import transformers
+
+    from conductor_core.policy.tiny import IM_END, PAD_TOKEN, _train_tokenizer, default_corpus
+
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = _train_tokenizer(default_corpus(), min(arch["vocab_size"], 4096))
+    config = transformers.Qwen2Config(
+        **arch,
+        eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+        pad_token_id=tokenizer.convert_tokens_to_ids(PAD_TOKEN),
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = transformers.Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def instrument_generation(cuda: bool) -> list[tuple[float, int]]:
+    """Time every generation call of the trainer: ``(seconds, completion tokens)`` per step."""
+    import torch
+    import trl
+
+    original = trl.GRPOTrainer._generate_single_turn
+    records: list[tuple[float, int]] = []
+
+    def timed(self, prompt_ids, *args, **kwargs):
+        start = time.perf_counter()
+        completion_ids, logprobs = original(self, prompt_ids, *args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        records.append((time.perf_counter() - start, sum(len(c) for c in completion_ids)))
+        return completion_ids, logprobs
+
+    trl.GRPOTrainer._generate_single_turn = timed
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/gpu-grpo")
+    parser.add_argument("--arch", choices=["qwen2.5-7b", "tiny"], default="qwen2.5-7b")
+    parser.add_argument("--backend", choices=["vllm", "transformers"], default="vllm")
+    parser.add_argument("--vllm-mode", choices=["colocate", "server"], default="colocate")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--plans", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--completion-tokens", type=int, default=1024)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="Full fine-tuning (needs ~100 GB for a 7B model plus vLLM); default: LoRA adapters.",
+    )
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from conductor_core.train.config import build_config
+    from conductor_core.train.grpo import run_stage
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cuda = torch.cuda.is_available()
+    out = Path(args.out)
+    arch = QWEN25_7B if args.arch == "qwen2.5-7b" else TINY
+    dtype = "bfloat16" if cuda else "float32"
+    t0 = time.perf_counter()
+    model_dir = build_random_model(out / f"model-{args.arch}", arch, dtype)
+    build_s = time.perf_counter() - t0
+    print(f"model: {args.arch} random weights at {model_dir} ({build_s:.0f}s)", flush=True)
+
+    config = build_config(
+        {
+            "output_dir": str(out / "run"),
+            "device": "cuda" if cuda else "cpu",
+            "steps": args.steps,
+            "questions_per_step": args.questions,
+            "plans_per_question": args.plans,
+            "micro_batch_size": args.micro_batch,
+            "gradient_checkpointing": cuda,
+            "model": {"path": str(model_dir), "dtype": dtype},
+            "data": {"prompt_style": "full", "worker_profile": None},
+            "generation": {
+                "backend": args.backend,
+                "vllm_mode": args.vllm_mode,
+                "vllm_gpu_memory_utilization": args.gpu_memory_utilization,
+                "max_completion_length": args.completion_tokens,
+            },
+            "lora": {"enabled": not args.full},
+            "checkpoint": {"save_steps": 10_000},
+            "tracking": {"backend": "none"},
+            "warmup": {"enabled": False},
+        },
+        stage="base",
+        profile="paper",
+    )
+    generations = instrument_generation(cuda)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t1 = time.perf_counter()
+    result = run_stage(config, progress=True, log=print)
+    train_s = time.perf_counter() - t1
+    steps = [h for h in result.history if "step_time" in h]
+    completions = config.completions_per_step
+    rows = []
+    for i, h in enumerate(steps):
+        gen_s, tokens = generations[i] if i < len(generations) else (None, None)
+        rows.append(
+            {
+                "step": int(h["step"]),
+                "step_time_s": round(h["step_time"], 2),
+                "generation_s": round(gen_s, 2) if gen_s else None,
+                "completion_tokens": tokens,
+                "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
+                "mean_completion_length": h.get("completions/mean_length"),
+                "reward": h.get("reward"),
+            }
+        )
+        print(
+            f"step {rows[-1]['step']}: {rows[-1]['step_time_s']}s, generation "
+            f"{rows[-1]['generation_s']}s, {rows[-1]['generation_tokens_per_s']} tokens/s",
+            flush=True,
+        )
+    figures = {
+        "arch": args.arch,
+        "backend": args.backend,
+        "training": "full" if args.full else "lora",
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "completions_per_step": completions,
+        "max_completion_tokens": args.completion_tokens,
+        "model_build_s": round(build_s, 1),
+        "train_s": round(train_s, 1),
+        "steps": rows,
+        "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if cuda
+        else None,
+        "gpu_memory_reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2) if cuda else None,
+    }
+    print(json.dumps(figures, indent=2))
+    (out / "gpu_grpo.json").write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

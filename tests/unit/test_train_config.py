@@ -1,0 +1,108 @@
+"""Stage configs: paper defaults, profiles, YAML precedence, clear errors; the CLI's config path."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conductor_core.errors import ConfigError
+from conductor_core.train import bundled_config_path
+from conductor_core.train.config import StageConfig, build_config, load_config
+
+
+def test_defaults_are_the_papers_numbers():
+    c = StageConfig()
+    assert (c.questions_per_step, c.plans_per_question, c.steps) == (4, 64, 200)
+    assert c.generation.max_completion_length == 1024
+    assert c.generation.temperature == 1.0
+    assert (c.learning_rate, c.lr_scheduler, c.warmup_ratio, c.beta) == (1e-6, "cosine", 0.03, 0.0)
+    assert c.loss_type == "dapo"  # TRL's default; the paper profile selects "grpo"
+    assert c.recursive.forced_fraction == 0.5 and c.recursive.first_round_discount == 0.25
+    assert c.warmup.enabled is False and c.lora.enabled is False
+    assert c.generation.vllm_mode == "colocate"
+
+
+def test_paper_profile_selects_the_paper_loss_and_vllm():
+    c = build_config({}, stage="base", profile="paper")
+    assert c.loss_type == "grpo"
+    assert c.generation.backend == "vllm"
+    assert c.completions_per_step == 256
+    assert c.accumulation_steps * c.micro_batch == 256
+
+
+def test_tiny_profile_and_stage_overrides():
+    base = build_config({}, stage="base", profile="tiny")
+    assert base.model.path == "tiny" and base.device == "cpu"
+    assert base.generation.max_completion_length == 64
+    assert base.warmup.enabled and base.warmup.prompt_loss
+    adaptive = build_config({}, stage="adaptive", profile="tiny")
+    assert adaptive.warmup.enabled is False
+    assert adaptive.steps < base.steps
+
+
+def test_yaml_overrides_profile_and_cli_overrides_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"profile": "tiny", "steps": 7, "data": {"max_steps": 3}}))
+    c = load_config(path, stage="base")
+    assert c.steps == 7 and c.data.max_steps == 3
+    assert c.generation.max_completion_length == 64  # from the profile
+    c2 = load_config(path, stage="base", overrides={"steps": 9})
+    assert c2.steps == 9
+
+
+def test_unknown_field_error_names_the_field(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("stepz: 3\n")
+    with pytest.raises(ConfigError, match="stepz: unknown field"):
+        load_config(path)
+
+
+def test_bad_values_give_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="stage: unknown stage"):
+        build_config({}, stage="final")
+    with pytest.raises(ConfigError, match="profile: unknown profile"):
+        build_config({}, profile="huge")
+    with pytest.raises(ConfigError, match="micro_batch_size"):
+        build_config({"questions_per_step": 2, "plans_per_question": 4, "micro_batch_size": 3})
+    with pytest.raises(ConfigError, match="k_max"):
+        build_config({"adaptive": {"k_min": 3, "k_max": 2}})
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_yaml_round_trip_and_flat_params(tmp_path):
+    c = build_config({"steps": 5}, stage="recursive", profile="tiny")
+    text = c.to_yaml(tmp_path / "out.yaml")
+    again = load_config(tmp_path / "out.yaml")
+    assert again == c
+    flat = c.flat()
+    assert flat["recursive.first_round_discount"] == 0.25
+    assert flat["steps"] == 5
+    assert "stage: recursive" in text
+
+
+@pytest.mark.parametrize("stage", ["base", "adaptive", "recursive"])
+@pytest.mark.parametrize("profile", ["tiny", "paper"])
+def test_bundled_configs_load(stage, profile):
+    c = load_config(bundled_config_path(stage), profile=profile)
+    assert c.stage == stage
+    if stage != "base":
+        assert c.init_from
+
+
+def test_cli_prints_resolved_config_and_reports_errors(tmp_path):
+    from conductor_core.cli.train import command, parse_sets
+
+    assert parse_sets(("a.b=3", "c=x")) == {"a": {"b": 3}, "c": "x"}
+    result = CliRunner().invoke(
+        command, ["--stage", "adaptive", "--profile", "tiny", "--steps", "3", "--print-config"]
+    )
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.output)
+    assert data["stage"] == "adaptive" and data["steps"] == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learning_rate: -1\n")
+    result = CliRunner().invoke(command, ["--config", str(bad), "--print-config"])
+    assert isinstance(result.exception, ConfigError)
+    assert "learning_rate" in str(result.exception)

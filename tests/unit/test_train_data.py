@@ -1,0 +1,79 @@
+"""Training data: the synthetic problem set, Conductor prompts per stage, adaptive subsets."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from conductor_core.tasks.problem import read_problems
+from conductor_core.train.config import build_config
+from conductor_core.train.data import build_dataset, build_rows, compact_prompt, select_problems
+from conductor_core.train.problems import (
+    bundled_train_pool_path,
+    bundled_train_problems_path,
+    synthetic_problems,
+)
+from conductor_core.workers.config import load_pool
+
+
+def test_bundled_problems_are_the_regenerated_set():
+    bundled = read_problems(bundled_train_problems_path())
+    assert bundled == synthetic_problems(200)
+    assert len({p.question for p in bundled}) == len(bundled)
+    splits = Counter((str(p.domain), p.metadata["split"]) for p in bundled)
+    assert splits[("math", "test")] == 40 and splits[("mcq", "train")] == 160
+
+
+def test_bundled_pool_has_one_best_worker_per_domain():
+    from conductor_core.train.reward import best_workers
+
+    pool = load_pool(bundled_train_pool_path())
+    assert best_workers(pool) == {"math": 0, "mcq": 1, "freeform": 2}
+
+
+def test_base_rows_offer_the_full_pool_in_the_compact_prompt():
+    problems = select_problems(read_problems(bundled_train_problems_path()), "train", 12)
+    config = build_config({}, stage="base", profile="tiny")
+    rows = build_rows(problems, 4, config)
+    assert len(rows) == 12
+    row = rows[0]
+    assert row["offered"] == [0, 1, 2, 3]
+    assert row["problem_id"] == problems[0].id and row["domain"] == str(problems[0].domain)
+    assert row["prompt"] == [{"role": "user", "content": compact_prompt(problems[0].question, 4)}]
+    assert row["prompt"][0]["content"].startswith("Models: 0, 1, 2, 3.")
+
+
+def test_full_prompt_style_uses_the_conductor_prompt():
+    problems = select_problems(read_problems(bundled_train_problems_path()), "train", 2)
+    config = build_config({"data": {"prompt_style": "full"}}, stage="base")
+    content = build_rows(problems, 4, config)[0]["prompt"][0]["content"]
+    assert problems[0].question in content
+    assert "model_id" in content and "Model 3" in content
+
+
+def test_adaptive_rows_offer_renumbered_random_subsets_deterministically():
+    problems = select_problems(read_problems(bundled_train_problems_path()), "train", 10)
+    config = build_config(
+        {"steps": 5, "questions_per_step": 4, "adaptive": {"k_min": 2, "k_max": 3}},
+        stage="adaptive",
+        profile="tiny",
+    )
+    rows = build_rows(problems, 4, config)
+    assert len(rows) >= 20  # enough rows for every step
+    sizes = Counter(len(r["offered"]) for r in rows)
+    assert set(sizes) <= {2, 3} and len(sizes) == 2
+    for r in rows:
+        assert len(set(r["offered"])) == len(r["offered"])
+        assert all(0 <= i < 4 for i in r["offered"])
+        models = ", ".join(str(i) for i in range(len(r["offered"])))
+        assert f"Models: {models}." in r["prompt"][0]["content"]
+    assert rows == build_rows(problems, 4, config)
+    other = build_rows(problems, 4, config.model_copy(update={"seed": 1}))
+    assert [r["offered"] for r in rows] != [r["offered"] for r in other]
+
+
+def test_build_dataset_columns():
+    problems = select_problems(read_problems(bundled_train_problems_path()), "train", 4)
+    config = build_config({}, stage="base", profile="tiny")
+    ds = build_dataset(problems, 4, config)
+    assert set(ds.column_names) >= {"prompt", "problem_id", "domain", "offered"}
+    assert ds[0]["offered"] == [0, 1, 2, 3]

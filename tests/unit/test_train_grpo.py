@@ -1,0 +1,178 @@
+"""The three GRPO stages on a tiny CPU model: each runs, saves, tracks; a killed run resumes at
+the right step with the same data order; the recursive trainer forces second rounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conductor_core.train.config import build_config
+from conductor_core.train.recursive import forced_pairs
+
+pytestmark = pytest.mark.slow
+
+
+def small(out: Path, stage: str = "base", **extra):
+    data = {
+        "output_dir": str(out),
+        "steps": 2,
+        "questions_per_step": 4,
+        "plans_per_question": 2,
+        "model": {"tiny": {"hidden": 64, "heads": 2, "kv_heads": 1, "layers": 1, "vocab": 400}},
+        "generation": {"max_completion_length": 24},
+        "warmup": {"steps": 2, "batch_size": 4},
+        "data": {"max_problems": 40},
+        "checkpoint": {"save_steps": 1},
+        "tracking": {"backend": "none"},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return build_config(data, stage=stage, profile="tiny")
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    from conductor_core.train.grpo import run_stage
+
+    out = tmp_path_factory.mktemp("train") / "base"
+    db = out.parent / "mlflow.db"
+    config = small(
+        out,
+        tracking={
+            "backend": "mlflow",
+            "tracking_uri": f"sqlite:///{db}",
+            "log_model": False,
+            "experiment": "unit",
+        },
+    )
+    return config, run_stage(config, progress=False)
+
+
+def test_forced_pairs():
+    assert forced_pairs(4, 0.5) == 1
+    assert forced_pairs(8, 0.5) == 2
+    assert forced_pairs(4, 1.0) == 2
+    assert forced_pairs(4, 0.0) == 0
+    assert forced_pairs(1, 1.0) == 0
+
+
+def test_base_stage_trains_saves_and_tracks(base_run):
+    import mlflow
+
+    config, result = base_run
+    assert result.steps == 2
+    assert (result.model_dir / "config.json").is_file()
+    assert (config.output_path() / "warmup-model" / "config.json").is_file()
+    summary = json.loads((config.output_path() / "summary.json").read_text())
+    assert summary["steps"] == 2 and "reward_first" in summary
+    assert len(result.history) >= 2 and "conductor/format_error_rate" in result.history[0]
+    assert (config.output_path() / "checkpoints" / "checkpoint-2").is_dir()
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    run = mlflow.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["stage"] == "base"
+    assert run.data.params["pool.workers.0.model"] == "sim-math"
+    assert "reward" in run.data.metrics and "conductor/format_error_rate" in run.data.metrics
+
+
+def test_adaptive_stage_starts_from_base(base_run, tmp_path):
+    from conductor_core.train.grpo import run_stage
+
+    _, base = base_run
+    config = small(tmp_path / "adaptive", stage="adaptive", steps=1, init_from=str(base.model_dir))
+    result = run_stage(config, progress=False)
+    assert result.steps == 1 and (result.model_dir / "config.json").is_file()
+
+
+def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
+    from conductor_core.train.grpo import run_stage
+
+    _, base = base_run
+    config = small(
+        tmp_path / "recursive", stage="recursive", steps=1, init_from=str(base.model_dir)
+    )
+    result = run_stage(config, progress=False)
+    assert result.steps == 1
+    logged = [h for h in result.history if "recursion/second_round_rows" in h]
+    # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group.
+    assert logged and logged[0]["recursion/second_round_rows"] == 2.0
+
+
+def test_init_from_must_be_a_model_dir(tmp_path):
+    from conductor_core.errors import ConfigError
+    from conductor_core.train.grpo import initial_model_dir
+
+    config = small(tmp_path / "x", stage="adaptive", init_from=str(tmp_path))
+    with pytest.raises(ConfigError, match="init_from"):
+        initial_model_dir(config, [], 4)
+
+
+def expected_ids(config, steps: int) -> list[list[str]]:
+    """The problem ids of each step's groups, from TRL's seeded sampler."""
+    from trl.trainer.utils import RepeatSampler
+
+    from conductor_core.train.data import build_dataset
+    from conductor_core.train.grpo import load_inputs
+
+    train, _, pool, _ = load_inputs(config)
+    ds = build_dataset(train, len(pool.workers), config)
+    g, q = config.plans_per_question, config.questions_per_step
+    order = list(
+        RepeatSampler(ds, mini_repeat_count=g, batch_size=q, shuffle=True, seed=config.seed)
+    )
+    ids = ds["problem_id"]
+    return [[ids[i] for i in order[s * q * g : (s + 1) * q * g : g]] for s in range(steps)]
+
+
+def test_killed_run_resumes_at_the_right_step_with_the_same_data(tmp_path):
+    from conductor_core.train.grpo import run_stage
+
+    out = tmp_path / "resume"
+    config = small(out, steps=4, warmup={"enabled": False})
+    config.to_yaml(tmp_path / "c.yaml")
+    script = (
+        "import sys\n"
+        "from conductor_core.train.config import load_config\n"
+        "from conductor_core.train.grpo import run_stage\n"
+        "run_stage(load_config(sys.argv[1]), progress=False)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "c.yaml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    ckpt = out / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    deadline = time.time() + 240
+    try:
+        while not ckpt.is_file() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert ckpt.is_file(), "the subprocess never wrote checkpoint-2"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert not (out / "model").exists()
+    if (out / "checkpoints" / "checkpoint-4").exists():
+        pytest.skip("the subprocess finished before it could be killed")
+    result = run_stage(config, progress=False)
+    assert result.resumed_from is not None
+    resumed_at = int(Path(result.resumed_from).name.split("-")[1])
+    assert resumed_at >= 2
+    assert result.steps == 4
+    steps_logged = [int(h["step"]) for h in result.history if "reward" in h]
+    assert steps_logged == list(range(resumed_at + 1, 5))
+    expected = expected_ids(config, 4)
+    for h in result.history:
+        if "problem_ids" in h:
+            assert h["problem_ids"] == expected[int(h["step"]) - 1]

@@ -1,0 +1,81 @@
+"""Format warm-up: synthetic plans are valid with uniformly random workers; the loss covers the
+prompt tokens only when asked; a few steps lower the loss."""
+
+from __future__ import annotations
+
+from collections import Counter
+from random import Random
+
+import pytest
+
+from conductor_core.tasks.problem import read_problems
+from conductor_core.train.config import build_config
+from conductor_core.train.data import select_problems
+from conductor_core.train.problems import bundled_train_problems_path
+from conductor_core.train.warmup import (
+    KEEP_PLAN,
+    encode_example,
+    run_warmup,
+    synthetic_plan,
+    warmup_texts,
+)
+from conductor_core.workflow.parser import parse_plan
+
+PROBLEMS = select_problems(read_problems(bundled_train_problems_path()), "train", 60)
+
+
+def test_synthetic_plans_parse_and_use_every_worker():
+    rng = Random(0)
+    workers = Counter()
+    for _ in range(400):
+        wf = parse_plan(synthetic_plan(rng, 4, max_plan_steps=3), num_workers=4)
+        assert 1 <= len(wf) <= 3
+        workers.update(wf.worker_ids())
+    assert set(workers) == {0, 1, 2, 3}
+    assert min(workers.values()) > 0.15 * sum(workers.values())
+
+
+def test_warmup_texts_mix_in_recursion_rounds():
+    config = build_config({"warmup": {"recursion_fraction": 0.5}}, profile="tiny")
+    pairs = warmup_texts(PROBLEMS, 4, config, 200, seed=1)
+    recursion = [(m, p) for m, p in pairs if "Previous plan:" in m[0]["content"]]
+    assert 60 < len(recursion) < 140
+    keeps = [p for _, p in recursion if p == KEEP_PLAN]
+    assert 0 < len(keeps) < len(recursion)
+    assert all(p != KEEP_PLAN for m, p in pairs if "Previous plan:" not in m[0]["content"])
+    for _, p in pairs:
+        parse_plan(p, num_workers=4, allow_empty=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conductor_core.policy.tiny import build_tiny_conductor
+
+    path = build_tiny_conductor(
+        tmp_path_factory.mktemp("tiny") / "m", hidden=64, heads=2, kv_heads=1, layers=1, vocab=300
+    )
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def test_prompt_loss_switch(tiny):
+    _, tok = tiny
+    messages = [{"role": "user", "content": "Calculate: 1 + 2 = ?"}]
+    ids, labels = encode_example(tok, messages, "model_id = [0]", prompt_loss=False)
+    assert len(ids) == len(labels) and ids[-1] == tok.eos_token_id
+    masked = labels.count(-100)
+    assert masked > 0 and labels[masked:] == ids[masked:]
+    _, full = encode_example(tok, messages, "model_id = [0]", prompt_loss=True)
+    assert full == ids
+
+
+def test_run_warmup_lowers_the_loss(tiny):
+    model, tok = tiny
+    config = build_config(
+        {"warmup": {"steps": 12, "batch_size": 8, "learning_rate": 3e-3}}, profile="tiny"
+    )
+    losses: list[float] = []
+    stats = run_warmup(model, tok, PROBLEMS, 4, config, on_step=lambda i, v: losses.append(v))
+    assert stats["steps"] == 12 and len(losses) == 12
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
