@@ -18,7 +18,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from conductor_core.errors import require
 
-MAX_PARAM_CHARS = 6000
 """MLflow's limit on one param value; longer values are truncated."""
 
 
@@ -158,35 +157,31 @@ class MlflowTracker:
             run = mlflow.start_run(experiment_id=exp_id, run_name=self.run_name)
         self.run_id = run.info.run_id
 
+    # Logging goes through conductor_core.track, which flattens, truncates and scrubs secrets.
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Log params in batches of 100; values are stringified and truncated to MLflow's limit."""
-        items = [(k, _param_value(v)) for k, v in params.items()]
-        for i in range(0, len(items), 100):
-            self.mlflow.log_params(dict(items[i : i + 100]))
+        """Log params (batched, truncated to MLflow's limit, secrets scrubbed)."""
+        from conductor_core.track.mlflow_run import log_params_flat
+
+        log_params_flat(dict(params))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log finite scalar metrics; names are sanitised for MLflow."""
-        clean = {_metric_name(k): float(v) for k, v in metrics.items() if _is_finite(v)}
-        if clean:
-            self.mlflow.log_metrics(clean, step=step)
+        from conductor_core.track.mlflow_run import log_metrics
+
+        log_metrics(metrics, step=step)
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], name: str) -> None:
         """Log rows as an MLflow table artifact."""
-        if not rows:
-            return
-        columns: dict[str, list[Any]] = {}
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        for key in keys:
-            columns[key] = [_cell(r.get(key)) for r in rows]
-        self.mlflow.log_table(data=columns, artifact_file=name)
+        from conductor_core.track.mlflow_run import log_table
+
+        log_table(rows, name)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Log a file or a directory."""
-        path = Path(path)
-        if path.is_dir():
-            self.mlflow.log_artifacts(str(path), artifact_path=artifact_path)
-        elif path.is_file():
-            self.mlflow.log_artifact(str(path), artifact_path=artifact_path)
+        from conductor_core.track.mlflow_run import log_artifacts
+
+        if Path(path).exists():
+            log_artifacts(path, artifact_path)
 
     def log_model(
         self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
@@ -234,27 +229,3 @@ def make_tracker(config: Any) -> Tracker:
         run_name=spec.run_name or f"{config.stage}-{config.profile or 'custom'}",
         artifact_root=out / "mlartifacts",
     )
-
-
-def _param_value(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
-
-
-def _metric_name(name: str) -> str:
-    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-. /")
-    return "".join(ch if ch in allowed else "_" for ch in name)
-
-
-def _is_finite(value: Any) -> bool:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return False
-    return f == f and f not in (float("inf"), float("-inf"))
-
-
-def _cell(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
