@@ -78,3 +78,33 @@ def make_plan_source(spec: str, model: str | None, key_env: str | None):
     from conductor_core.policy.factory import load_plan_source
 
     return load_plan_source(spec, model=model, api_key_env=key_env)
+
+
+def solve_options(
+    config,
+    *,
+    max_steps: int,
+    access_mode: str,
+    descriptors: bool,
+    rounds: int = 1,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
+    deadline: float | None = None,
+    answer_fallback: bool = False,
+):
+    """The solve-loop options the shared command-line options describe (workers' descriptions
+    come from the pool config)."""
+    from conductor_core.solve import SolveOptions
+    from conductor_core.workflow.executor import Budget
+
+    return SolveOptions(
+        max_rounds=rounds,
+        max_steps=max_steps,
+        access_mode=AccessMode(access_mode),
+        budget=Budget(
+            max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost, deadline_s=deadline
+        ),
+        descriptors=descriptors,
+        descriptions=tuple(w.description for w in config.workers),
+        answer_fallback=answer_fallback,
+    )

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from conductor_core.cli._common import conductor_options, load_pool_and_bank, make_plan_source
+from conductor_core.cli._common import (
+    conductor_options,
+    load_pool_and_bank,
+    make_plan_source,
+    solve_options,
+)
 
 
 @click.group("eval")
@@ -107,10 +112,7 @@ def run_cmd(
     from conductor_core.evaluate.runner import RunConfig, run_eval
     from conductor_core.evaluate.shards import parse_shard_spec, shard_by_count
     from conductor_core.evaluate.specs import build_baselines
-    from conductor_core.solve import SolveOptions
     from conductor_core.workers.pool import WorkerPool
-    from conductor_core.workflow.executor import Budget
-    from conductor_core.workflow.model import AccessMode
 
     index, count = parse_shard_spec(shard)
     options = {"version": lcb_version} if lcb_version else {}
@@ -123,13 +125,12 @@ def run_cmd(
         from conductor_core.workers.simulated import ProblemBank
 
         bank = ProblemBank([*bank, *(p for p in problems if bank.get(p.question) is None)])
-    solve_opts = SolveOptions(
-        max_rounds=rounds,
+    solve_opts = solve_options(
+        config,
         max_steps=max_steps,
-        access_mode=AccessMode(access_mode),
+        access_mode=access_mode,
         descriptors=descriptors,
-        descriptions=tuple(w.description for w in config.workers),
-        budget=Budget(max_steps=max_steps),
+        rounds=rounds,
         answer_fallback=True,
     )
     methods = (

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import click
 
-from conductor_core.cli._common import conductor_options, load_pool_and_bank, make_plan_source
+from conductor_core.cli._common import (
+    conductor_options,
+    load_pool_and_bank,
+    make_plan_source,
+    solve_options,
+)
 
 
 @click.command("plan")
@@ -28,19 +33,14 @@ def command(
     sample_index: int,
 ) -> None:
     """Print the Conductor's raw output and the parsed plan (or its format error) as JSON."""
-    from conductor_core.policy.base import PlanRequest, WorkerInfo
-    from conductor_core.workflow.model import AccessMode
+    from conductor_core.solve import plan_request
 
     config, _ = load_pool_and_bank(pool_path, problems_path)
     source = make_plan_source(conductor, conductor_model, conductor_key_env)
-    request = PlanRequest(
-        question=question,
-        workers=tuple(WorkerInfo(i, w.description) for i, w in enumerate(config.workers)),
-        max_steps=max_steps,
-        access_mode=AccessMode(access_mode),
-        descriptors=descriptors,
-        sample_index=sample_index,
+    options = solve_options(
+        config, max_steps=max_steps, access_mode=access_mode, descriptors=descriptors
     )
+    request = plan_request(question, len(config.workers), options, sample_index)
 
     async def go():
         try:

@@ -10,7 +10,12 @@ from typing import Any
 
 import click
 
-from conductor_core.cli._common import conductor_options, load_pool_and_bank, make_plan_source
+from conductor_core.cli._common import (
+    conductor_options,
+    load_pool_and_bank,
+    make_plan_source,
+    solve_options,
+)
 
 
 @click.command("solve")
@@ -45,20 +50,17 @@ def command(
     as_json: bool,
 ) -> None:
     """Plan, run and answer QUESTION on a worker pool."""
-    from conductor_core.solve import SolveOptions
-    from conductor_core.workflow.executor import Budget
-    from conductor_core.workflow.model import AccessMode
 
     config, bank = load_pool_and_bank(pool_path, problems_path)
-    options = SolveOptions(
-        max_rounds=rounds,
+    options = solve_options(
+        config,
         max_steps=max_steps,
-        access_mode=AccessMode(access_mode),
-        budget=Budget(
-            max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost, deadline_s=deadline
-        ),
+        access_mode=access_mode,
         descriptors=descriptors,
-        descriptions=tuple(w.description for w in config.workers),
+        rounds=rounds,
+        max_tokens=max_tokens,
+        max_cost=max_cost,
+        deadline=deadline,
     )
     source = make_plan_source(conductor, conductor_model, conductor_key_env)
     view = None if as_json else LiveView(config)

@@ -13,7 +13,6 @@ workflow early with a recorded reason: steps not yet started are skipped, steps 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.types import CallResult, ErrorKind, Messages
 from conductor_core.workflow.model import ALL, Workflow
+from conductor_core.workflow.prompts import prompt_digest, worker_message
 from conductor_core.workflow.trace import StepTrace, WorkflowTrace
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -77,11 +77,6 @@ class Budget:
 UNLIMITED = Budget()
 
 
-def digest(text: str) -> str:
-    """Short stable digest of a prompt (sha256, 16 hex chars) for traces."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
 async def execute(
     workflow: Workflow,
     question: str,
@@ -127,9 +122,6 @@ class _Run:
         sample_index: int,
         on_event: EventHandler | None,
     ) -> None:
-        from conductor_core.workflow.prompts import worker_message
-
-        self._worker_message = worker_message
         self.wf = workflow
         self.question = question
         self.pool = pool
@@ -197,13 +189,13 @@ class _Run:
                 return
             sees_previous = self.previous_answer is not None and step.access == ALL
             shown = [(j, self.wf.steps[j].subtask, self.traces[j].response or "") for j in visible]
-            prompt = self._worker_message(
+            prompt = worker_message(
                 self.question,
                 shown,
                 step.subtask,
                 previous_answer=self.previous_answer if sees_previous else None,
             )
-            base.prompt_digest = digest(prompt)
+            base.prompt_digest = prompt_digest(prompt)
             base.started_s = self._now()
             self._emit(
                 {
