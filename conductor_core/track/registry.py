@@ -51,9 +51,9 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
-def _log(model_dir: Path, name: str) -> tuple[str, str]:
+def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     """Log and register in the active run; returns (model URI of the logged model, version)."""
-    mlflow = configure()
+    mlflow = configure(uri)
     from mlflow.models import infer_signature
 
     from conductor_core.track.pyfunc_model import ARTIFACT_KEY, DEFAULT_PARAMS, ConductorTextModel
@@ -82,12 +82,14 @@ def log_and_register_model(
     alias: str = "champion",
     *,
     run_id: str | None = None,
+    uri: str | None = None,
 ) -> str:
     """Log ``model_dir``, register it as a new version of ``name`` and set ``alias`` on it.
 
     The model is logged into run ``run_id`` (re-opened if it was ended), else into the active
     run, else into a run of the ``conductor-models`` experiment (an ``MLFLOW_RUN_ID`` from the
-    environment is reused). Returns ``models:/<name>@<alias>``.
+    environment is reused). ``uri`` is the tracking URI (default
+    :func:`~conductor_core.track.mlflow_run.tracking_uri`). Returns ``models:/<name>@<alias>``.
     """
     folder = Path(model_dir).expanduser()
     if not (folder / "config.json").is_file():
@@ -95,16 +97,16 @@ def log_and_register_model(
             f"model_dir: {folder} has no config.json; pass a folder written by save_pretrained"
         )
     _check_names(name, alias)
-    mlflow = configure()
+    mlflow = configure(uri)
     active = mlflow.active_run()
     if run_id is not None and (active is None or active.info.run_id != run_id):
-        with reopen_run(run_id):
-            _, version = _log(folder, name)
+        with reopen_run(run_id, uri=uri):
+            _, version = _log(folder, name, uri)
     elif run_id is not None or active is not None:
-        _, version = _log(folder, name)
+        _, version = _log(folder, name, uri)
     else:
-        with start_run(DEFAULT_EXPERIMENT, run_name=f"register {name}"):
-            _, version = _log(folder, name)
+        with start_run(DEFAULT_EXPERIMENT, run_name=f"register {name}", uri=uri):
+            _, version = _log(folder, name, uri)
     mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
     return f"models:/{name}@{alias}"
 

@@ -1,10 +1,12 @@
 """A run tracker object over :mod:`conductor_core.track` with the method names of training's
 ``Tracker`` protocol (``start``/``log_params``/``log_metrics``/``log_table``/``log_artifact``/
-``log_model``/``finish``), so a stage can switch to it without other changes.
+``log_model``/``finish``); training's ``MlflowTracker`` is a thin subclass of it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -14,15 +16,24 @@ from typing import Any
 from conductor_core.track import mlflow_run
 from conductor_core.track.registry import log_and_register_model
 
+_LOG = logging.getLogger(__name__)
+
 
 class RunTracker:
     """One MLflow run, opened by :meth:`start` and ended by :meth:`finish`.
 
+    Which run :meth:`start` opens: the one named by ``MLFLOW_RUN_ID`` when set; else
+    ``resume_run_id`` when given and still present in the store (re-opened, so a resumed job
+    keeps logging into the run it started); else a new run of ``experiment``.
+
     Args:
-        experiment: experiment of a new run (ignored when ``MLFLOW_RUN_ID`` is set).
+        experiment: experiment of a new run (ignored when an existing run is reused).
         run_name: name of a new run.
-        tags: tags set on the run.
+        tags: tags set on a new or injected run.
         uri: tracking URI (default :func:`~conductor_core.track.mlflow_run.tracking_uri`).
+        artifact_location: artifact root of the experiment if this tracker creates it (default:
+            ``mlartifacts/`` next to a SQLite store, the server's root for a tracking server).
+        resume_run_id: a run to re-open when no ``MLFLOW_RUN_ID`` is set.
     """
 
     def __init__(
@@ -31,19 +42,52 @@ class RunTracker:
         run_name: str | None = None,
         tags: Mapping[str, Any] | None = None,
         uri: str | None = None,
+        *,
+        artifact_location: str | None = None,
+        resume_run_id: str | None = None,
     ) -> None:
         self.experiment = experiment
         self.run_name = run_name
         self.tags = dict(tags or {})
         self.uri = uri
+        self.artifact_location = artifact_location
+        self.resume_run_id = resume_run_id
         self.run_id: str | None = None
+        self.resumed = False
         self._ctx: AbstractContextManager[Any] | None = None
 
+    def _reopenable(self, run_id: str) -> bool:
+        """True when ``run_id`` exists in the store and is not deleted."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = mlflow_run.mlflow_module().MlflowClient().get_run(run_id)
+        except MlflowException as exc:
+            _LOG.warning("cannot resume MLflow run %s (%s); starting a new run", run_id, exc)
+            return False
+        if run.info.lifecycle_stage == "deleted":
+            _LOG.warning("MLflow run %s was deleted; starting a new run", run_id)
+            return False
+        return True
+
     def start(self) -> None:
-        """Open the run (reusing ``MLFLOW_RUN_ID`` when set)."""
+        """Open the run (see the class docstring for which one)."""
         if self._ctx is not None:
             return
-        ctx = mlflow_run.start_run(self.experiment, self.run_name, self.tags, uri=self.uri)
+        mlflow_run.configure(self.uri)
+        injected = os.environ.get("MLFLOW_RUN_ID")
+        if not injected and self.resume_run_id and self._reopenable(self.resume_run_id):
+            ctx: AbstractContextManager[Any] = mlflow_run.reopen_run(
+                self.resume_run_id, uri=self.uri
+            )
+            self.resumed = True
+        else:
+            if not injected and self.artifact_location:
+                mlflow_run.ensure_experiment(
+                    self.experiment, artifact_location=self.artifact_location
+                )
+            ctx = mlflow_run.start_run(self.experiment, self.run_name, self.tags, uri=self.uri)
+            self.resumed = False
         run = ctx.__enter__()
         self._ctx = ctx
         self.run_id = run.info.run_id
@@ -77,7 +121,9 @@ class RunTracker:
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
             if registered_name:
-                return log_and_register_model(tmp, registered_name, alias, run_id=self.run_id)
+                return log_and_register_model(
+                    tmp, registered_name, alias, run_id=self.run_id, uri=self.uri
+                )
             mlflow_run.log_artifacts(tmp, "model")
             return None
 

@@ -388,6 +388,8 @@ def run_stage(
     tracker = tracker or make_tracker(config)
     started = time.perf_counter()
     tracker.start()
+    if getattr(tracker, "resumed", False):
+        say(f"tracking: continuing MLflow run {tracker.run_id}")
     status = "FAILED"
     try:
         require("trl", "train", "GRPO training")

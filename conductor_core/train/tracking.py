@@ -1,9 +1,15 @@
-"""Experiment tracking behind a small interface: a no-op tracker and a plain-MLflow one.
+"""Experiment tracking behind a small interface: a no-op tracker and an MLflow one.
 
-The MLflow tracker logs the flattened stage config and the pool (which never holds secrets: only
-the names of key variables) as params, per-step metrics, a table of sample plans, artifacts and,
-at the end, the model (registered with an alias). It reuses a run given by ``MLFLOW_RUN_ID``
-instead of starting a new one, and a crashed run is ended as ``FAILED``.
+:class:`MlflowTracker` is :class:`conductor_core.track.tracker.RunTracker` with training's
+defaults: it logs the flattened stage config and the pool (which never holds secrets: only the
+names of key variables) as params, per-step metrics, a table of sample plans, artifacts and, at
+the end, the model folder (registered with an alias through
+:func:`conductor_core.track.registry.log_and_register_model`, loadable with ``load_model_dir``).
+
+Which run it logs into: ``MLFLOW_RUN_ID`` when set; else, when the stage resumes from a
+checkpoint, the run recorded in ``<output_dir>/mlflow_run.json`` (same tracking URI), re-opened;
+else a new run, recorded in that file. A crashed run is ended ``FAILED``; the resumed run ends
+``FINISHED``.
 
 Local default store: ``sqlite:///<output_dir>/mlflow.db`` (MLflow 3.13+ refuses a plain
 ``./mlruns`` file store) with artifacts under ``<output_dir>/mlartifacts``.
@@ -11,14 +17,19 @@ Local default store: ``sqlite:///<output_dir>/mlflow.db`` (MLflow 3.13+ refuses 
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from conductor_core.errors import require
+from conductor_core.track.tracker import RunTracker
 
-"""MLflow's limit on one param value; longer values are truncated."""
+RUN_FILE = "mlflow_run.json"
+"""File in the stage's output dir recording the MLflow run (``run_id``, ``tracking_uri``)."""
+
+_LOG = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -107,14 +118,72 @@ def default_tracking_uri(output_dir: str | Path) -> str:
     return f"sqlite:///{db}"
 
 
-class MlflowTracker:
-    """Plain MLflow tracking (``mlflow`` imported lazily).
+def _parse_record(text: str, where: str, tracking_uri: str) -> str | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        _LOG.warning("ignoring unreadable %s; a new MLflow run is started", where)
+        return None
+    if not isinstance(data, dict) or data.get("tracking_uri") != tracking_uri:
+        return None
+    run_id = data.get("run_id")
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def read_run_file(path: str | Path, tracking_uri: str) -> str | None:
+    """The run id recorded at ``path`` (a local file or ``s3://`` key) if it was tracked at
+    ``tracking_uri``, else None (also when the record is missing or unreadable)."""
+    from conductor_core.track.storage import Storage, is_s3, split_s3
+
+    if is_s3(str(path)):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, key = split_s3(str(path))
+        try:
+            body = Storage().client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except (BotoCoreError, ClientError) as exc:  # missing key, no access: nothing to resume
+            _LOG.info("no MLflow run record at %s (%s)", path, exc)
+            return None
+        return _parse_record(body.decode("utf-8", errors="replace"), str(path), tracking_uri)
+    file = Path(path)
+    if not file.is_file():
+        return None
+    return _parse_record(
+        file.read_text(encoding="utf-8", errors="replace"), str(file), tracking_uri
+    )
+
+
+def write_run_file(path: str | Path, run_id: str, tracking_uri: str, experiment: str) -> None:
+    """Record the run (``run_id``, ``tracking_uri``, ``experiment``) at ``path`` (a local file,
+    written atomically, or an ``s3://`` key)."""
+    from conductor_core.track.storage import Storage, is_s3, split_s3
+
+    record = {"run_id": run_id, "tracking_uri": tracking_uri, "experiment": experiment}
+    text = json.dumps(record, indent=2) + "\n"
+    if is_s3(str(path)):
+        bucket, key = split_s3(str(path))
+        Storage().client.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+        return
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(file)
+
+
+class MlflowTracker(RunTracker):
+    """MLflow tracking for a training stage (``mlflow`` imported lazily).
 
     Args:
         tracking_uri: the store; see :func:`default_tracking_uri`.
-        experiment: experiment name (created with a local artifact root for SQLite stores).
+        experiment: experiment name.
         run_name: name of a new run.
-        artifact_root: artifact location of a newly created experiment (SQLite stores).
+        artifact_root: artifact location of a newly created experiment with a local (SQLite)
+            store; a tracking server's experiments use the server's artifact root.
+        run_file: where the run is recorded (see :data:`RUN_FILE`); None records nothing.
+        resume: re-open the run recorded in ``run_file`` (when no ``MLFLOW_RUN_ID`` is set).
+        mirror: a second record (``s3://`` key or path) next to the checkpoints, read when
+            ``run_file`` holds none: a pod that lost its output dir still finds its run.
     """
 
     def __init__(
@@ -123,109 +192,83 @@ class MlflowTracker:
         experiment: str = "conductor-train",
         run_name: str | None = None,
         artifact_root: str | Path | None = None,
+        *,
+        run_file: str | Path | None = None,
+        resume: bool = False,
+        mirror: str | None = None,
     ) -> None:
+        location = None
+        if artifact_root is not None and tracking_uri.startswith("sqlite:"):
+            location = Path(artifact_root).expanduser().resolve().as_uri()
+        super().__init__(experiment, run_name, uri=tracking_uri, artifact_location=location)
         self.tracking_uri = tracking_uri
-        self.experiment = experiment
-        self.run_name = run_name
         self.artifact_root = artifact_root
-        self.run_id: str | None = None
-        self._mlflow: Any = None
+        self.run_file = Path(run_file) if run_file is not None else None
+        self.resume = resume
+        self.mirror = mirror
 
     @property
     def mlflow(self) -> Any:
         """The ``mlflow`` module (imported on first use)."""
-        if self._mlflow is None:
-            self._mlflow = require("mlflow", "train", "experiment tracking")
-        return self._mlflow
+        from conductor_core.track.mlflow_run import mlflow_module
+
+        return mlflow_module()
 
     def start(self) -> None:
-        """Open the run given by ``MLFLOW_RUN_ID``, or start a new one in the experiment."""
-        mlflow = self.mlflow
-        mlflow.set_tracking_uri(self.tracking_uri)
-        existing = os.environ.get("MLFLOW_RUN_ID")
-        if existing:
-            run = mlflow.start_run(run_id=existing)
-        else:
-            exp = mlflow.get_experiment_by_name(self.experiment)
-            if exp is None:
-                location = None
-                if self.artifact_root is not None:
-                    location = Path(self.artifact_root).expanduser().resolve().as_uri()
-                exp_id = mlflow.create_experiment(self.experiment, artifact_location=location)
-            else:
-                exp_id = exp.experiment_id
-            run = mlflow.start_run(experiment_id=exp_id, run_name=self.run_name)
-        self.run_id = run.info.run_id
+        """Open the run (injected, resumed or new) and record it in ``run_file``."""
+        records = [r for r in (self.run_file, self.mirror) if r is not None]
+        if self.resume and self.resume_run_id is None:
+            for record in records:
+                self.resume_run_id = read_run_file(record, self.tracking_uri)
+                if self.resume_run_id:
+                    break
+        super().start()
+        if self.run_id is None:
+            return
+        for record in records:
+            try:
+                write_run_file(record, self.run_id, self.tracking_uri, self.experiment)
+            except Exception as exc:  # the mirror is a convenience: never stop training
+                if record is self.run_file:
+                    raise
+                _LOG.warning("could not record the MLflow run at %s: %s", record, exc)
 
-    # Logging goes through conductor_core.track, which flattens, truncates and scrubs secrets.
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        """Log params (batched, truncated to MLflow's limit, secrets scrubbed)."""
-        from conductor_core.track.mlflow_run import log_params_flat
 
-        log_params_flat(dict(params))
+def has_checkpoint(config: Any) -> bool:
+    """True when :func:`~conductor_core.train.grpo.run_stage` will resume ``config``'s stage.
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log finite scalar metrics; names are sanitised for MLflow."""
-        from conductor_core.track.mlflow_run import log_metrics
+    The same look-up as ``run_stage``: a complete local checkpoint, else (with an S3 checkpoint
+    location) a complete remote one.
+    """
+    from conductor_core.train import storage
 
-        log_metrics(metrics, step=step)
-
-    def log_table(self, rows: Sequence[Mapping[str, Any]], name: str) -> None:
-        """Log rows as an MLflow table artifact."""
-        from conductor_core.track.mlflow_run import log_table
-
-        log_table(rows, name)
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        """Log a file or a directory."""
-        from conductor_core.track.mlflow_run import log_artifacts
-
-        if Path(path).exists():
-            log_artifacts(path, artifact_path)
-
-    def log_model(
-        self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
-    ) -> str | None:
-        """Log the model with ``mlflow.transformers``; register it and set ``alias``."""
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        mlflow = self.mlflow
-        import transformers
-
-        info = mlflow.transformers.log_model(
-            transformers_model={"model": model, "tokenizer": tokenizer},
-            name="model",
-            task="text-generation",
-            pip_requirements=[
-                f"transformers=={transformers.__version__}",
-                "torch",
-                "conductor-core",
-            ],
-            registered_model_name=registered_name,
-        )
-        if registered_name:
-            client = mlflow.MlflowClient()
-            version = getattr(info, "registered_model_version", None)
-            if version is None:
-                versions = client.search_model_versions(f"name='{registered_name}'")
-                version = max(int(v.version) for v in versions)
-            client.set_registered_model_alias(registered_name, alias, str(version))
-        return info.model_uri
-
-    def finish(self, status: str = "FINISHED") -> None:
-        """End the run with ``status``."""
-        if self.run_id is not None:
-            self.mlflow.end_run(status=status)
+    uri = config.checkpoint_uri()
+    local = config.output_path() / "checkpoints" if storage.is_s3(uri) else Path(uri)
+    if local.is_dir() and storage.last_local_checkpoint(local) is not None:
+        return True
+    return storage.is_s3(uri) and storage.latest_remote_checkpoint(uri) is not None
 
 
 def make_tracker(config: Any) -> Tracker:
-    """The tracker a :class:`~conductor_core.train.config.StageConfig` asks for."""
+    """The tracker a :class:`~conductor_core.train.config.StageConfig` asks for.
+
+    The MLflow tracker records its run in ``<output_dir>/mlflow_run.json`` (and, with S3
+    checkpoints, in ``<checkpoint.dir>/mlflow_run.json``) and, when the stage has a checkpoint to
+    resume from, re-opens the run recorded there.
+    """
+    from conductor_core.train.storage import is_s3
+
     spec = config.tracking
     if spec.backend == "none":
         return NoopTracker()
     out = config.output_path()
+    ckpt = config.checkpoint_uri()
     return MlflowTracker(
         spec.tracking_uri or default_tracking_uri(out),
         experiment=spec.experiment,
         run_name=spec.run_name or f"{config.stage}-{config.profile or 'custom'}",
         artifact_root=out / "mlartifacts",
+        run_file=out / RUN_FILE,
+        resume=has_checkpoint(config),
+        mirror=f"{ckpt.rstrip('/')}/{RUN_FILE}" if is_s3(ckpt) else None,
     )
