@@ -205,16 +205,26 @@ def evaluate_recursion(
 
 
 def recursion_metrics(firsts: Sequence[PlanOutcome], seconds: Sequence[PlanOutcome]):
-    """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order)."""
+    """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order).
+
+    ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
+    that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
+    """
     right = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.correct]
     wrong = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.plan_ok and not a.correct]
     scored1 = [a.reward for a in firsts if a.reward is not None]
     scored2 = [b.reward for b in seconds if b.reward is not None]
+
+    def share(pairs, keep: bool) -> float:
+        hits = sum(1 for _, b in pairs if b.plan_ok and b.keep == keep)
+        return hits / len(pairs) if pairs else 0.0
+
+    keep_right, keep_wrong = share(right, True), share(wrong, True)
     return {
-        "keep_when_right": sum(1 for _, b in right if b.keep) / len(right) if right else 0.0,
-        "revise_when_wrong": sum(1 for _, b in wrong if b.plan_ok and not b.keep) / len(wrong)
-        if wrong
-        else 0.0,
+        "keep_when_right": keep_right,
+        "keep_when_wrong": keep_wrong,
+        "revise_when_wrong": share(wrong, False),
+        "keep_discrimination": keep_right - keep_wrong,
         "first_reward": sum(scored1) / len(scored1) if scored1 else 0.0,
         "final_reward": sum(scored2) / len(scored2) if scored2 else 0.0,
         "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),

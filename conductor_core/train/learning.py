@@ -21,7 +21,7 @@ ROWS: tuple[tuple[str, str], ...] = (
 COLUMNS: tuple[str, ...] = ("initial", "warm-up", "GRPO")
 
 RECURSION_WARMUP: dict[str, Any] = {
-    "warmup": {"enabled": True, "steps": 60, "recursion_fraction": 1.0, "learning_rate": 5e-4}
+    "warmup": {"enabled": True, "steps": 150, "recursion_fraction": 0.5, "learning_rate": 1e-3}
 }
 """Overrides for a tiny recursive run: a short warm-up on recursion rounds (random keep or new
 plan) so that a model trained on first rounds only can write the round-2 format at all."""
@@ -173,7 +173,7 @@ def stage_experiment(
     :func:`~conductor_core.train.evaluate.evaluate_recursion`).
     """
     from conductor_core.train.evaluate import evaluate_policy, evaluate_recursion
-    from conductor_core.train.grpo import load_inputs, load_model, run_stage
+    from conductor_core.train.grpo import WARM_DIR, load_inputs, load_model, run_stage
 
     config = learning_config(
         out, steps=steps, seed=seed, stage=stage, init_from=str(init_from), extra=extra
@@ -207,6 +207,9 @@ def stage_experiment(
     result = run_stage(config, progress=False)
     after = measure(result.model_dir)
     out_dict = {"before": before, "after": after, "summary": result.summary}
+    warm = Path(out) / WARM_DIR
+    if config.warmup.enabled and warm.is_dir():
+        out_dict["warm-up"] = measure(warm)
     if stage == "adaptive":
         out_dict["after_greedy"] = measure(result.model_dir, temperature=0.0)
     return out_dict

@@ -3,13 +3,18 @@ second round.
 
 A generation batch holds ``B`` groups of ``G`` plans (one group per question). The first
 ``2 * pairs`` groups form ``pairs`` forced trajectories, ``pairs = round(B * forced_fraction / 2)``:
-group ``2j`` holds round-1 plans for a question and group ``2j + 1`` holds, row for row, the
-round-2 plan written after seeing that round-1 plan and its final answer (a new plan, or three
-empty lists to keep the answer). Other groups are ordinary single-round groups.
+group ``2j`` holds round-1 plans for a question; one of them, drawn at random, is continued by
+group ``2j + 1``, whose ``G`` rows are round-2 plans written after seeing that round-1 plan and its
+final answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
+single-round groups.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
 second round. Each group holds one round only, so group-normalised advantages are normalised per
 round; the advantages of forced round-1 rows are then multiplied by ``first_round_discount``.
+A round-2 group shares one prompt (one previous plan and answer), as GRPO groups do, so its
+baseline compares keeping with revising the same answer (measured: with one different previous
+answer per row, the baseline mixed right and wrong previous answers and the tiny policy stopped
+keeping altogether instead of learning when to keep).
 Generation goes through TRL's own backend (transformers or vLLM), round 2 with one sample per
 prompt.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from random import Random
 from typing import Any
 
 from conductor_core.train.data import prompt_messages
@@ -36,6 +42,8 @@ class _Batch:
     pairs: int
     first_rows: list[int] = field(default_factory=list)
     second_rows: list[int] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    """``sources[k]``: the round-1 row that round-2 row ``second_rows[k]`` continues."""
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
@@ -79,13 +87,16 @@ def make_recursive_trainer_class():
             self.rounds.clear()
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
             batch = _Batch(inputs=inputs, group=g, pairs=pairs)
+            rng = Random(f"{self.args.seed}:{self.state.global_step}")
             for j in range(pairs):
                 a, b = 2 * j * g, (2 * j + 1) * g
+                source = a + rng.randrange(g)
                 for i in range(g):
                     # The round-2 group works on the round-1 group's question.
                     inputs[b + i] = dict(inputs[a + i])
                     batch.first_rows.append(a + i)
                     batch.second_rows.append(b + i)
+                    batch.sources.append(source)
             self._batch = batch
             try:
                 output = super()._generate_and_score_completions(inputs)
@@ -99,25 +110,30 @@ def make_recursive_trainer_class():
             return output
 
         def _log_rounds(self, batch: _Batch, mode: str) -> None:
-            """Per-step recursion metrics: forced rows, keep rate, rewards by round."""
+            """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
+            from conductor_core.train.evaluate import recursion_metrics
+
             outcomes = self.conductor_reward.last_outcomes
             if not batch.second_rows or len(outcomes) < len(batch.inputs):
                 return
-            firsts = [outcomes[r] for r in batch.first_rows]
             seconds = [outcomes[r] for r in batch.second_rows]
+            got = recursion_metrics([outcomes[r] for r in batch.sources], seconds)
             parsed = [o for o in seconds if o.plan_ok]
-
-            def mean(values: list[float | None]) -> float:
-                kept = [v for v in values if v is not None]
-                return sum(kept) / len(kept) if kept else 0.0
-
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
                 "recursion/keep_rate": sum(1 for o in parsed if o.keep) / len(parsed)
                 if parsed
                 else 0.0,
-                "recursion/first_round_reward": mean([o.reward for o in firsts]),
-                "recursion/second_round_reward": mean([o.reward for o in seconds]),
+                **{
+                    f"recursion/{key}": got[key]
+                    for key in (
+                        "keep_when_right",
+                        "keep_when_wrong",
+                        "keep_discrimination",
+                        "first_reward",
+                        "final_reward",
+                    )
+                },
             }
             self.round_stats = stats
             for name, value in stats.items():
@@ -166,33 +182,37 @@ def make_recursive_trainer_class():
                 base_index=(step + 1) * 1_000_003,
             )
             outcomes = asyncio.run_coroutine_threadsafe(coro, self.async_loop_or_new()).result()
+            by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
+            for r, (_, outcome) in by_row.items():
+                self.rounds.cached[r] = outcome
             tokenizer = self.processing_class
+            prompts: dict[int, list[int]] = {}
             ids: list[list[int]] = []
-            for k, (r1, r2) in enumerate(zip(rows, batch.second_rows, strict=True)):
-                outcome = outcomes[k]
-                self.rounds.cached[r1] = outcome
-                offered = inputs[r1].get("offered") or []
+            for r2, source in zip(batch.second_rows, batch.sources, strict=True):
+                text, outcome = by_row[source]
+                offered = inputs[source].get("offered") or []
                 plan_text = previous_plan_text(
-                    texts[k], len(offered), self.plan_max_steps, self.access_mode
+                    text, len(offered), self.plan_max_steps, self.access_mode
                 )
-                previous = PreviousRound(plan=plan_text, answer=outcome.answer)
+                self.rounds.previous[r2] = PreviousRound(plan=plan_text, answer=outcome.answer)
                 if outcome.infra_error:
                     self.rounds.excluded.add(r2)
-                self.rounds.previous[r2] = previous
-                problem = self.conductor_reward.problems[inputs[r1]["problem_id"]]
-                messages = prompt_messages(
-                    problem.question,
-                    len(offered),
-                    style=self.prompt_style,
-                    max_steps=self.plan_max_steps,
-                    access_mode=self.access_mode,
-                    previous_plan=plan_text,
-                    previous_answer=outcome.answer or "",
-                )
-                text = tokenizer.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=True
-                )
-                ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+                if source not in prompts:
+                    problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
+                    messages = prompt_messages(
+                        problem.question,
+                        len(offered),
+                        style=self.prompt_style,
+                        max_steps=self.plan_max_steps,
+                        access_mode=self.access_mode,
+                        previous_plan=plan_text,
+                        previous_answer=outcome.answer or "",
+                    )
+                    chat = tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True
+                    )
+                    prompts[source] = tokenizer(chat, add_special_tokens=False)["input_ids"]
+                ids.append(list(prompts[source]))
             return ids
 
         def async_loop_or_new(self):

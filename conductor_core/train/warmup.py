@@ -18,6 +18,7 @@ from typing import Any
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import prompt_messages
+from conductor_core.workers.simulated import ProblemBank, hedge_answer, render_answer
 from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
@@ -57,10 +58,12 @@ def warmup_texts(
 ) -> list[tuple[list[dict[str, str]], str]]:
     """``count`` (prompt messages, plan text) pairs over the training problems.
 
-    A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer,
-    answered half the time by three empty lists (keep) and half by a new random plan.
+    A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer
+    (half of them opened by a sentence of doubt), answered half the time by three empty lists
+    (keep) and half by a new random plan, whatever the answer.
     """
     rng = Random(seed)
+    bank = ProblemBank(list(problems))
     out = []
     for _ in range(count):
         p = rng.choice(list(problems))
@@ -76,8 +79,12 @@ def warmup_texts(
             rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
         )
         if rng.random() < config.warmup.recursion_fraction:
-            right = rng.random() < 0.5
-            answer = p.reference if right else rng.choice(list(problems)).reference
+            # A previous answer as a simulated worker writes it, right or wrong, half of them
+            # opened by a sentence of doubt, all uncorrelated with the target: the warm-up
+            # teaches the format, GRPO the decision.
+            shown = render_answer(p, rng.random() < 0.5, rng, bank)
+            if rng.random() < 0.5:
+                shown = hedge_answer(p, shown, rng)
             messages = prompt_messages(
                 p.question,
                 pool_size,
@@ -85,7 +92,7 @@ def warmup_texts(
                 max_steps=config.data.max_steps,
                 access_mode=config.data.access_mode,
                 previous_plan=plan,
-                previous_answer=f"The final answer is {answer}.",
+                previous_answer=shown,
             )
             if rng.random() < 0.5:
                 plan = KEEP_PLAN

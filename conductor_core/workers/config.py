@@ -59,8 +59,11 @@ class SimulationProfile(BaseModel):
 
     ``skills`` maps a domain (``math``, ``mcq``, ``code``, ``freeform``) to the chance of a right
     answer when solving alone; ``verify_skill`` is the chance of ending right when a right answer
-    is visible among the earlier steps it may read. Latency and output length are drawn from
-    normal distributions (clipped at zero). Same seed, same answers.
+    is visible among the earlier steps it may read. ``hedge_when_wrong`` / ``hedge_when_right``
+    are the chances that an answer opens with a sentence of doubt: a calibration cue like the one
+    real models give (they hedge more often when wrong), which a Conductor can learn to read in
+    a recursion round. Latency and output length are drawn from normal distributions (clipped at
+    zero). Same seed, same answers.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -68,6 +71,8 @@ class SimulationProfile(BaseModel):
     skills: dict[str, float] = Field(default_factory=lambda: {"math": 0.5, "mcq": 0.5, "code": 0.5})
     default_skill: float = Field(default=0.3, ge=0.0, le=1.0)
     verify_skill: float = Field(default=0.9, ge=0.0, le=1.0)
+    hedge_when_wrong: float = Field(default=0.0, ge=0.0, le=1.0)
+    hedge_when_right: float = Field(default=0.0, ge=0.0, le=1.0)
     latency_ms: float = Field(default=0.0, ge=0.0)
     latency_jitter_ms: float = Field(default=0.0, ge=0.0)
     output_tokens: int = Field(default=200, ge=1)

@@ -37,6 +37,7 @@ from conductor_core.workers.types import Completion, ErrorKind, Messages, Provid
 
 __all__ = [
     "FAILURE_KINDS",
+    "HEDGES",
     "ParsedMessage",
     "ProblemBank",
     "SimulatedProvider",
@@ -44,10 +45,12 @@ __all__ = [
     "broken_code",
     "bundled_pool_path",
     "bundled_problems_path",
+    "hedge_answer",
     "is_right_text",
     "load_bank",
     "normalize_text",
     "parse_worker_message",
+    "render_answer",
     "wrong_math",
 ]
 
@@ -312,7 +315,11 @@ class SimulatedProvider:
             text = _generic_answer(parsed, rng)
         else:
             right = rng.random() < self.success_probability(problem, parsed)
-            text = _render_answer(problem, right, rng, self.bank)
+            text = render_answer(problem, right, rng, self.bank)
+            chance = self.profile.hedge_when_right if right else self.profile.hedge_when_wrong
+            # Hedging draws from its own stream, so it never changes which answers are right.
+            if chance > 0.0 and Random(_stable_int("hedge", key)).random() < chance:
+                text = hedge_answer(problem, text, Random(_stable_int("hedge-text", key)))
         total_chars = sum(len(str(m.get("content") or "")) for m in messages)
         usage = Usage(
             input_tokens=max(1, total_chars // 4),
@@ -342,6 +349,14 @@ class SimulatedProvider:
 # -- answers ---------------------------------------------------------------------------------------
 
 
+def hedge_answer(problem: Problem, text: str, rng: Random) -> str:
+    """``text`` opened by a sentence of doubt (still graded the same)."""
+    if problem.domain == Domain.FREEFORM:
+        # A bare free-form answer needs a stated-answer marker once a sentence precedes it.
+        text = f"The final answer is {text}"
+    return f"{rng.choice(HEDGES)}\n{text}"
+
+
 def is_right_text(problem: Problem, text: str) -> bool:
     """True when ``text`` contains the problem's reference in the simulator's answer format."""
     flat = normalize_text(text)
@@ -359,7 +374,8 @@ def is_right_text(problem: Problem, text: str) -> bool:
     return re.search(pattern, flat.casefold()) is not None
 
 
-def _render_answer(problem: Problem, right: bool, rng: Random, bank: ProblemBank) -> str:
+def render_answer(problem: Problem, right: bool, rng: Random, bank: ProblemBank) -> str:
+    """A right or wrong answer to ``problem`` in the simulator's format for its domain."""
     if problem.domain == Domain.MATH:
         value = problem.reference if right else wrong_math(problem.reference, rng)
         return _math_text(value, rng)
@@ -375,6 +391,13 @@ def _render_answer(problem: Problem, right: bool, rng: Random, bank: ProblemBank
         return _code_text(code, rng)
     return problem.reference if right else _wrong_freeform(problem, rng, bank)
 
+
+HEDGES: tuple[str, ...] = (
+    "I am not confident about this one.",
+    "This might be wrong; please double-check it.",
+    "I am unsure here, so treat this with caution.",
+)
+"""Sentences of doubt a hedging simulated worker opens its answer with."""
 
 _MATH_OPENERS = (
     "Let me work through this carefully.",

@@ -443,3 +443,33 @@ def test_real_code_grader_agrees_with_simulated_code_answers():
             text = ask(provider, worker_message(problem.question))
             verdict = code_grader.grade_code(problem, text)
             assert verdict.correct is expected, (problem.id, verdict.reason)
+
+
+def test_hedging_follows_correctness_and_keeps_answers_gradable():
+    from conductor_core.tasks.grading import grade
+    from conductor_core.workers.simulated import HEDGES
+
+    def hedged(text: str) -> bool:
+        return text.split("\n", 1)[0] in HEDGES
+
+    for problem in (MATH, MCQ, FREE):
+        profile = {
+            "skills": {str(problem.domain): 0.5},
+            "hedge_when_wrong": 0.8,
+            "hedge_when_right": 0.1,
+        }
+        p = SimulatedProvider(make_worker(**profile), BANK)
+        plain = SimulatedProvider(make_worker(skills={str(problem.domain): 0.5}), BANK)
+        counts = {True: [0, 0], False: [0, 0]}  # right -> [hedged, total]
+        for i in range(400):
+            text = ask(p, worker_message(problem.question), i)
+            right = is_right_text(problem, text)
+            # Hedging draws from its own stream: correctness is the same as without it.
+            assert right == is_right_text(problem, ask(plain, worker_message(problem.question), i))
+            assert grade(problem, text).correct == right, text
+            counts[right][0] += hedged(text)
+            counts[right][1] += 1
+        assert abs(counts[False][0] / counts[False][1] - 0.8) < 0.1, counts
+        assert abs(counts[True][0] / counts[True][1] - 0.1) < 0.07, counts
+    never = SimulatedProvider(make_worker(skills={"math": 0.5}), BANK)
+    assert not any(hedged(ask(never, MATH.question, i)) for i in range(50))

@@ -181,3 +181,29 @@ def test_trl_convention_metrics_and_background_loop():
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+
+
+def test_recursion_metrics_measure_keeping_right_answers_above_chance():
+    from conductor_core.train.evaluate import recursion_metrics
+
+    def first(correct: bool) -> PlanOutcome:
+        return PlanOutcome(
+            reward=1.0 if correct else 0.5, domain="math", plan_ok=True, correct=correct
+        )
+
+    def second(keep: bool) -> PlanOutcome:
+        return PlanOutcome(reward=1.0, domain="math", plan_ok=True, keep=keep)
+
+    # Keeps at random (half the time, whatever round 1 got): no discrimination.
+    firsts = [first(c) for c in (True, True, False, False)]
+    chance = recursion_metrics(firsts, [second(k) for k in (True, False, True, False)])
+    assert chance["keep_when_right"] == chance["keep_when_wrong"] == 0.5
+    assert chance["keep_discrimination"] == 0.0
+    # Keeps exactly the right answers.
+    ideal = recursion_metrics(firsts, [second(k) for k in (True, True, False, False)])
+    assert ideal["keep_discrimination"] == 1.0 and ideal["revise_when_wrong"] == 1.0
+    # An unparsable round-2 plan is neither a keep nor a revision.
+    broken = PlanOutcome(reward=0.0, domain="math", plan_ok=False)
+    got = recursion_metrics(firsts[2:], [broken, second(False)])
+    assert got["keep_when_wrong"] == 0.0 and got["revise_when_wrong"] == 0.5
+    assert got["round2_format_error_rate"] == 0.5
