@@ -121,6 +121,7 @@ def make_recursive_trainer_class():
             parsed = [o for o in seconds if o.plan_ok]
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
+                "recursion/contexts": float(len(set(batch.sources))),
                 "recursion/keep_rate": sum(1 for o in parsed if o.keep) / len(parsed)
                 if parsed
                 else 0.0,

@@ -59,7 +59,7 @@ def warmup_texts(
     """``count`` (prompt messages, plan text) pairs over the training problems.
 
     A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer
-    (half of them opened by a sentence of doubt), answered half the time by three empty lists
+    (half of them closed by a sentence of doubt), answered half the time by three empty lists
     (keep) and half by a new random plan, whatever the answer.
     """
     rng = Random(seed)
@@ -80,7 +80,7 @@ def warmup_texts(
         )
         if rng.random() < config.warmup.recursion_fraction:
             # A previous answer as a simulated worker writes it, right or wrong, half of them
-            # opened by a sentence of doubt, all uncorrelated with the target: the warm-up
+            # closed by a sentence of doubt, all uncorrelated with the target: the warm-up
             # teaches the format, GRPO the decision.
             shown = render_answer(p, rng.random() < 0.5, rng, bank)
             if rng.random() < 0.5:

@@ -60,7 +60,7 @@ class SimulationProfile(BaseModel):
     ``skills`` maps a domain (``math``, ``mcq``, ``code``, ``freeform``) to the chance of a right
     answer when solving alone; ``verify_skill`` is the chance of ending right when a right answer
     is visible among the earlier steps it may read. ``hedge_when_wrong`` / ``hedge_when_right``
-    are the chances that an answer opens with a sentence of doubt: a calibration cue like the one
+    are the chances that an answer ends with a sentence of doubt: a calibration cue like the one
     real models give (they hedge more often when wrong), which a Conductor can learn to read in
     a recursion round. Latency and output length are drawn from normal distributions (clipped at
     zero). Same seed, same answers.

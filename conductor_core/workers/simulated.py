@@ -350,11 +350,11 @@ class SimulatedProvider:
 
 
 def hedge_answer(problem: Problem, text: str, rng: Random) -> str:
-    """``text`` opened by a sentence of doubt (still graded the same)."""
+    """``text`` closed by a sentence of doubt (graded the same)."""
     if problem.domain == Domain.FREEFORM:
-        # A bare free-form answer needs a stated-answer marker once a sentence precedes it.
-        text = f"The final answer is {text}"
-    return f"{rng.choice(HEDGES)}\n{text}"
+        # A bare free-form answer needs a stated-answer marker once a sentence follows it.
+        text = f"The final answer is {text}."
+    return f"{text}\n{rng.choice(HEDGES)}"
 
 
 def is_right_text(problem: Problem, text: str) -> bool:
@@ -397,7 +397,7 @@ HEDGES: tuple[str, ...] = (
     "This might be wrong; please double-check it.",
     "I am unsure here, so treat this with caution.",
 )
-"""Sentences of doubt a hedging simulated worker opens its answer with."""
+"""Sentences of doubt a hedging simulated worker ends its answer with."""
 
 _MATH_OPENERS = (
     "Let me work through this carefully.",

@@ -450,7 +450,7 @@ def test_hedging_follows_correctness_and_keeps_answers_gradable():
     from conductor_core.workers.simulated import HEDGES
 
     def hedged(text: str) -> bool:
-        return text.split("\n", 1)[0] in HEDGES
+        return text.rsplit("\n", 1)[-1] in HEDGES
 
     for problem in (MATH, MCQ, FREE):
         profile = {

@@ -104,8 +104,10 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
     result = run_stage(config, progress=False)
     assert result.steps == 1
     logged = [h for h in result.history if "recursion/second_round_rows" in h]
-    # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group.
+    # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group, whose
+    # two rows continue the same round-1 plan (one shared context, as a GRPO group).
     assert logged and logged[0]["recursion/second_round_rows"] == 2.0
+    assert logged[0]["recursion/contexts"] == 1.0
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):
