@@ -25,12 +25,9 @@ COMPACT_PROMPT = (
 question comes last, next to where the plan starts, so that a tiny model can attend to it."""
 
 COMPACT_RECURSION = (
-    "\n\nPrevious plan:\n{previous_plan}\n"
-    "Write a new plan, or three empty lists to keep the previous answer.\n"
-    "Previous answer:\n{previous_answer}"
+    "\n\nPrevious plan:\n{previous_plan}\nPrevious answer:\n{previous_answer}\n"
+    "Write a new plan, or three empty lists to keep the answer."
 )
-"""The recursion section of the compact prompt: the previous answer comes last, next to where
-the new plan starts, for the same reason the question comes last in a first round."""
 
 
 def compact_prompt(
