@@ -73,11 +73,19 @@ def main(argv: list[str] | None = None) -> int:
             keys = (
                 ("out_of_subset_rate", "reward_mean", "best_worker_share")
                 if stage == "adaptive"
-                else ("keep_when_right", "revise_when_wrong", "first_reward", "final_reward")
+                else (
+                    "keep_when_right",
+                    "keep_when_wrong",
+                    "keep_discrimination",
+                    "round2_format_error_rate",
+                    "first_reward",
+                    "final_reward",
+                )
             )
-            print(f"\n{stage} stage ({args.stage_steps} steps), held-out before -> after:")
+            columns = [c for c in ("before", "warm-up", "after") if c in got]
+            print(f"\n{stage} stage ({args.stage_steps} steps), held-out {' -> '.join(columns)}:")
             for key in keys:
-                print(f"  {key}: {got['before'].get(key, 0):.3f} -> {got['after'].get(key, 0):.3f}")
+                print(f"  {key}: " + " -> ".join(f"{got[c].get(key, 0):.3f}" for c in columns))
     print(f"total time: {time.perf_counter() - started:.0f}s")
     Path(args.out, "learning.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     return 0
