@@ -87,6 +87,26 @@ def prompt_messages(
     return conductor_messages(question, num_workers, max_steps=max_steps, access_mode=access_mode)
 
 
+def stage_prompt(
+    config: StageConfig,
+    question: str,
+    num_workers: int,
+    *,
+    previous_plan: str | None = None,
+    previous_answer: str | None = None,
+) -> list[dict[str, str]]:
+    """:func:`prompt_messages` with the prompt style, step limit and access mode of ``config``."""
+    return prompt_messages(
+        question,
+        num_workers,
+        style=config.data.prompt_style,
+        max_steps=config.data.max_steps,
+        access_mode=config.data.access_mode,
+        previous_plan=previous_plan,
+        previous_answer=previous_answer,
+    )
+
+
 def offered_subset(rng: Random, pool_size: int, k_min: int, k_max: int | None) -> list[int]:
     """A random subset of ``k`` pool ids (k uniform in [k_min, k_max]), in random order."""
     hi = min(pool_size, k_max or pool_size)
@@ -126,13 +146,7 @@ def build_rows(
                 )
             else:
                 offered = list(range(pool_size))
-            messages = prompt_messages(
-                p.question,
-                len(offered),
-                style=config.data.prompt_style,
-                max_steps=config.data.max_steps,
-                access_mode=config.data.access_mode,
-            )
+            messages = stage_prompt(config, p.question, len(offered))
             out.append(
                 {
                     "prompt": messages,

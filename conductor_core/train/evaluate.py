@@ -16,7 +16,7 @@ from typing import Any
 
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import offered_subset, prompt_messages
+from conductor_core.train.data import offered_subset, stage_prompt
 from conductor_core.train.reward import ConductorReward, PlanOutcome, PreviousRound, summarize
 from conductor_core.workers.config import PoolConfig
 
@@ -92,14 +92,7 @@ def evaluate_policy(
         for _ in problems
     ]
     prompts = [
-        prompt_messages(
-            p.question,
-            len(ids),
-            style=config.data.prompt_style,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
-        )
-        for p, ids in zip(problems, offered, strict=True)
+        stage_prompt(config, p.question, len(ids)) for p, ids in zip(problems, offered, strict=True)
     ]
     texts = generate_texts(
         model,
@@ -143,16 +136,7 @@ def evaluate_recursion(
     """
     size = len(pool.workers)
     reward = _reward(problems, pool, bank, config)
-    prompts = [
-        prompt_messages(
-            p.question,
-            size,
-            style=config.data.prompt_style,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
-        )
-        for p in problems
-    ]
+    prompts = [stage_prompt(config, p.question, size) for p in problems]
     max_new = config.generation.max_completion_length
     first = generate_texts(
         model,
@@ -177,14 +161,8 @@ def evaluate_recursion(
         for t, o in zip(flat, firsts, strict=True)
     ]
     second_prompts = [
-        prompt_messages(
-            p.question,
-            size,
-            style=config.data.prompt_style,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
-            previous_plan=prev.plan,
-            previous_answer=prev.answer or "",
+        stage_prompt(
+            config, p.question, size, previous_plan=prev.plan, previous_answer=prev.answer or ""
         )
         for p, prev in zip(rows, previous, strict=True)
     ]

@@ -385,7 +385,8 @@ def run_stage(
     out = config.output_path()
     out.mkdir(parents=True, exist_ok=True)
     config.to_yaml(out / "config.yaml")
-    tracker = tracker or make_tracker(config)
+    point = storage.find_resume_point(config)
+    tracker = tracker or make_tracker(config, resume=point.exists)
     started = time.perf_counter()
     tracker.start()
     if getattr(tracker, "resumed", False):
@@ -418,15 +419,12 @@ def run_stage(
             max_concurrent=config.reward.max_concurrent_plans,
             rounds=rounds,
         )
-        ckpt_uri = config.checkpoint_uri()
-        local_ckpt = out / "checkpoints" if storage.is_s3(ckpt_uri) else Path(ckpt_uri)
+        local_ckpt = point.local_dir
         local_ckpt.mkdir(parents=True, exist_ok=True)
-        resume = storage.last_local_checkpoint(local_ckpt)
-        if resume is None and storage.is_s3(ckpt_uri):
-            name = storage.latest_remote_checkpoint(ckpt_uri)
-            if name:
-                say(f"resume: downloading {name} from {ckpt_uri}")
-                resume = storage.download_checkpoint(ckpt_uri, name, local_ckpt)
+        resume = point.local
+        if point.remote:
+            say(f"resume: downloading {point.remote} from {config.checkpoint_uri()}")
+            resume = storage.download_checkpoint(config.checkpoint_uri(), point.remote, local_ckpt)
         if resume is not None:
             say(f"resume: from {resume}")
         history: list[dict[str, float]] = []

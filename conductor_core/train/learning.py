@@ -95,17 +95,15 @@ def learning_experiment(
             model, tokenizer, held_out, pool, bank, config, plans_per_question=eval_plans, seed=seed
         )
     plot = plot_reward_curve(result.history, out_path / "reward_curve.png")
-    if track and plot is not None:
-        from conductor_core.train.tracking import MlflowTracker
+    if track and plot is not None and result.run_id:
+        from conductor_core.track.mlflow_run import log_artifacts, log_metrics, reopen_run
 
-        if isinstance(tracker, MlflowTracker) and result.run_id:
-            mlflow = tracker.mlflow
-            with mlflow.start_run(run_id=result.run_id):
-                mlflow.log_artifact(str(plot))
-                for column, metrics in table.items():
-                    mlflow.log_metrics(
-                        {f"heldout/{column}/{k}": v for k, v in metrics.items() if "/" not in k}
-                    )
+        with reopen_run(result.run_id, uri=getattr(tracker, "uri", None)):
+            log_artifacts(plot)
+            for column, metrics in table.items():
+                log_metrics(
+                    {f"heldout/{column}/{k}": v for k, v in metrics.items() if "/" not in k}
+                )
     return {
         "table": table,
         "summary": result.summary,

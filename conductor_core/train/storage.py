@@ -9,6 +9,7 @@ the training-shaped entry points.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from conductor_core.track.storage import Storage, is_s3, join, split_s3
 TRAINER_STATE = "trainer_state.json"
 
 __all__ = [
+    "ResumePoint",
     "download_checkpoint",
+    "find_resume_point",
     "is_s3",
     "last_local_checkpoint",
     "latest_remote_checkpoint",
@@ -52,3 +55,29 @@ def last_local_checkpoint(folder: str | Path) -> Path | None:
     """The highest-step complete ``checkpoint-N`` folder in ``folder``, or None."""
     found = Storage().latest_checkpoint(str(folder), marker=TRAINER_STATE)
     return None if found is None else Path(found)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a stage's checkpoints go and which one it resumes from."""
+
+    local_dir: Path
+    """The folder the trainer writes checkpoints to."""
+    local: Path | None = None
+    """The last complete local checkpoint."""
+    remote: str | None = None
+    """With an S3 location and no local checkpoint: the latest complete remote one's name."""
+
+    @property
+    def exists(self) -> bool:
+        """True when there is a checkpoint to resume from."""
+        return self.local is not None or self.remote is not None
+
+
+def find_resume_point(config: Any) -> ResumePoint:
+    """The checkpoint folder of a stage config and its resume point (local first, then S3)."""
+    uri = config.checkpoint_uri()
+    local_dir = config.output_path() / "checkpoints" if is_s3(uri) else Path(uri)
+    local = last_local_checkpoint(local_dir) if local_dir.is_dir() else None
+    remote = latest_remote_checkpoint(uri) if local is None and is_s3(uri) else None
+    return ResumePoint(local_dir=local_dir, local=local, remote=remote)

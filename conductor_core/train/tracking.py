@@ -235,26 +235,18 @@ class MlflowTracker(RunTracker):
 
 
 def has_checkpoint(config: Any) -> bool:
-    """True when :func:`~conductor_core.train.grpo.run_stage` will resume ``config``'s stage.
+    """True when :func:`~conductor_core.train.grpo.run_stage` will resume ``config``'s stage."""
+    from conductor_core.train.storage import find_resume_point
 
-    The same look-up as ``run_stage``: a complete local checkpoint, else (with an S3 checkpoint
-    location) a complete remote one.
-    """
-    from conductor_core.train import storage
-
-    uri = config.checkpoint_uri()
-    local = config.output_path() / "checkpoints" if storage.is_s3(uri) else Path(uri)
-    if local.is_dir() and storage.last_local_checkpoint(local) is not None:
-        return True
-    return storage.is_s3(uri) and storage.latest_remote_checkpoint(uri) is not None
+    return find_resume_point(config).exists
 
 
-def make_tracker(config: Any) -> Tracker:
+def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
     """The tracker a :class:`~conductor_core.train.config.StageConfig` asks for.
 
     The MLflow tracker records its run in ``<output_dir>/mlflow_run.json`` (and, with S3
-    checkpoints, in ``<checkpoint.dir>/mlflow_run.json``) and, when the stage has a checkpoint to
-    resume from, re-opens the run recorded there.
+    checkpoints, in ``<checkpoint.dir>/mlflow_run.json``) and, when the stage resumes from a
+    checkpoint (``resume``; None looks it up), re-opens the run recorded there.
     """
     from conductor_core.train.storage import is_s3
 
@@ -269,6 +261,6 @@ def make_tracker(config: Any) -> Tracker:
         run_name=spec.run_name or f"{config.stage}-{config.profile or 'custom'}",
         artifact_root=out / "mlartifacts",
         run_file=out / RUN_FILE,
-        resume=has_checkpoint(config),
+        resume=has_checkpoint(config) if resume is None else resume,
         mirror=f"{ckpt.rstrip('/')}/{RUN_FILE}" if is_s3(ckpt) else None,
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import prompt_messages
+from conductor_core.train.data import stage_prompt
 from conductor_core.workers.simulated import ProblemBank, hedge_answer, render_answer
 from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
 
@@ -63,17 +63,12 @@ def warmup_texts(
     (keep) and half by a new random plan, whatever the answer.
     """
     rng = Random(seed)
-    bank = ProblemBank(list(problems))
+    choices = list(problems)
+    bank = ProblemBank(choices) if config.warmup.recursion_fraction > 0 else None
     out = []
     for _ in range(count):
-        p = rng.choice(list(problems))
-        messages = prompt_messages(
-            p.question,
-            pool_size,
-            style=config.data.prompt_style,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
-        )
+        p = rng.choice(choices)
+        messages = stage_prompt(config, p.question, pool_size)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
         plan = synthetic_plan(
             rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
@@ -85,14 +80,8 @@ def warmup_texts(
             shown = render_answer(p, rng.random() < 0.5, rng, bank)
             if rng.random() < 0.5:
                 shown = hedge_answer(p, shown, rng)
-            messages = prompt_messages(
-                p.question,
-                pool_size,
-                style=config.data.prompt_style,
-                max_steps=config.data.max_steps,
-                access_mode=config.data.access_mode,
-                previous_plan=plan,
-                previous_answer=shown,
+            messages = stage_prompt(
+                config, p.question, pool_size, previous_plan=plan, previous_answer=shown
             )
             if rng.random() < 0.5:
                 plan = KEEP_PLAN
