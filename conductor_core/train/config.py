@@ -182,11 +182,28 @@ class RecursiveSpec(_Strict):
     paired with a round-2 group on the same question). Round-1 advantages of forced trajectories
     are multiplied by ``first_round_discount``; with ``per_round_normalisation`` advantages are
     normalised within each round's group (each group holds one round only).
+    ``min_decision_share`` sets a floor on each round-2 decision (keep, new plan) per group.
     """
 
     forced_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
     first_round_discount: float = Field(default=0.25, ge=0.0, le=1.0)
     per_round_normalisation: bool = True
+    min_decision_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=0.5,
+        description="Each round-2 group gets at least this share of rows that keep the answer and "
+        "of rows that write a new plan; missing ones are filled in (the keep plan, or a plan the "
+        "policy wrote for the same question in round 1). 0 (paper) leaves the policy's samples "
+        "alone. A small policy otherwise drifts to always or never keeping, where GRPO no longer "
+        "sees the other decision and cannot learn when to keep.",
+    )
+    balance_sources: bool = Field(
+        default=False,
+        description="Choose the round-1 plans that round 2 continues so that right and wrong "
+        "answers are continued equally often (where a group has both), instead of at random. "
+        "Otherwise the keep decision mostly learns the share of right answers, not which ones.",
+    )
 
 
 class StageConfig(_Strict):
@@ -214,6 +231,11 @@ class StageConfig(_Strict):
     loss_type: LossType = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     max_grad_norm: float = Field(default=1.0, gt=0)
+    optimizer: Literal["adamw_torch", "sgd"] = Field(
+        default="adamw_torch",
+        description="Optimiser (TRL/transformers ``optim``). Adam moves every parameter at about "
+        "the learning rate whatever the size of its gradient; plain SGD moves it in proportion.",
+    )
     gradient_checkpointing: bool = False
 
     model: ModelSpec = Field(default_factory=ModelSpec)

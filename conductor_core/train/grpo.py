@@ -223,6 +223,7 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "loss_type": config.loss_type,
         "scale_rewards": config.scale_rewards,
         "max_grad_norm": config.max_grad_norm,
+        "optim": config.optimizer,
         "max_steps": config.steps,
         "save_strategy": "steps",
         "save_steps": config.checkpoint.save_steps,
@@ -360,6 +361,8 @@ def build_trainer(
             access_mode=config.data.access_mode,
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
+            min_decision_share=config.recursive.min_decision_share,
+            balance_sources=config.recursive.balance_sources,
         )
     return trl.GRPOTrainer(**kwargs)
 

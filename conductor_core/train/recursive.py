@@ -17,17 +17,28 @@ answer per row, the baseline mixed right and wrong previous answers and the tiny
 keeping altogether instead of learning when to keep).
 Generation goes through TRL's own backend (transformers or vLLM), round 2 with one sample per
 prompt.
+
+With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep
+the answer and of rows that write a new plan: missing ones are filled in after generation with the
+keep plan, or with a plan the policy wrote for the same question in round 1 (their sampling
+log-probabilities are NaN on the vLLM path, so TRL applies no importance correction to them). With
+both decisions in every group, the group baseline always compares keeping with revising, and the
+policy cannot drift into always or never keeping, where GRPO would no longer see the other
+decision (measured on the tiny profile: without the floor the keep rate went to 0 or 1 within ten
+steps in every run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
 from conductor_core.train.data import prompt_messages
 from conductor_core.train.reward import ConductorReward, PreviousRound, RoundState
+from conductor_core.train.warmup import KEEP_PLAN
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 
@@ -44,11 +55,62 @@ class _Batch:
     second_rows: list[int] = field(default_factory=list)
     sources: list[int] = field(default_factory=list)
     """``sources[k]``: the round-1 row that round-2 row ``second_rows[k]`` continues."""
+    filled: int = 0
+    """Round-2 rows whose decision was filled in by the decision floor."""
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
     """How many (round-1, round-2) group pairs a batch of ``groups`` groups gets."""
     return max(0, min(groups // 2, round(groups * fraction / 2)))
+
+
+def decision_floor(keeps: list[bool], minimum: int, rng: Random) -> tuple[list[int], list[int]]:
+    """Rows of one round-2 group to turn into keeps, and rows to turn into new plans.
+
+    ``keeps[i]`` says whether row ``i`` kept the answer. Each decision ends with at least
+    ``minimum`` rows (at most half the group); the rows changed are drawn at random from the other
+    decision.
+    """
+    minimum = min(minimum, len(keeps) // 2)
+    kept = [i for i, k in enumerate(keeps) if k]
+    other = [i for i, k in enumerate(keeps) if not k]
+    to_keep = rng.sample(other, max(0, minimum - len(kept)))
+    to_new = rng.sample(kept, max(0, minimum - len(other)))
+    return sorted(to_keep), sorted(to_new)
+
+
+def balanced_sources(correct: list[list[bool]], rng: Random) -> list[int]:
+    """Which row of each round-1 group a round-2 group continues, balancing right and wrong.
+
+    ``correct[j][i]``: whether row ``i`` of group ``j`` answered right. Groups are visited in a
+    random order; each takes a row of the class (right or wrong) continued less often so far,
+    when it has one, else a row of the other class; the row within a class is random.
+    """
+    picks = [0] * len(correct)
+    counts = {True: 0, False: 0}
+    order = list(range(len(correct)))
+    rng.shuffle(order)
+    for j in order:
+        tie = counts[True] == counts[False]
+        want = rng.random() < 0.5 if tie else counts[True] < counts[False]
+        rows = [i for i, c in enumerate(correct[j]) if bool(c) == want] or list(
+            range(len(correct[j]))
+        )
+        picks[j] = rng.choice(rows)
+        counts[bool(correct[j][picks[j]])] += 1
+    return picks
+
+
+def is_keep_text(text: str, max_steps: int, access_mode: str) -> bool:
+    """True when a round-2 completion parses as the keep plan (three empty lists)."""
+    workflow, _ = try_parse_plan(
+        text,
+        num_workers=None,
+        max_steps=max_steps,
+        access_mode=AccessMode(access_mode),
+        allow_empty=True,
+    )
+    return workflow is not None and workflow.is_keep
 
 
 def make_recursive_trainer_class():
@@ -68,6 +130,8 @@ def make_recursive_trainer_class():
             access_mode: str = "binary",
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
+            min_decision_share: float = 0.0,
+            balance_sources: bool = False,
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
@@ -78,6 +142,8 @@ def make_recursive_trainer_class():
             self.access_mode = access_mode
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
+            self.min_decision_share = min_decision_share
+            self.balance_sources = balance_sources
             self._batch: _Batch | None = None
             self.round_stats: dict[str, float] = {}
 
@@ -122,6 +188,7 @@ def make_recursive_trainer_class():
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
                 "recursion/contexts": float(len(set(batch.sources))),
+                "recursion/filled_share": batch.filled / len(batch.second_rows),
                 "recursion/keep_rate": sum(1 for o in parsed if o.keep) / len(parsed)
                 if parsed
                 else 0.0,
@@ -169,7 +236,58 @@ def make_recursive_trainer_class():
                 completion_ids[r] = comp2[k]
                 if logprobs is not None:
                     logprobs[r] = lp2[k] if lp2 is not None else []
+            if self.min_decision_share > 0:
+                self._apply_decision_floor(batch, completion_ids, logprobs)
             return completion_ids, logprobs
+
+        def _apply_decision_floor(
+            self, batch: _Batch, completion_ids: list[Any], logprobs: list[Any] | None
+        ) -> None:
+            """Fill in round-2 decisions so that each group holds both (see the module doc)."""
+            g = batch.group
+            tokenizer = self.processing_class
+            keep_ids = list(tokenizer(KEEP_PLAN, add_special_tokens=False)["input_ids"])
+            if tokenizer.eos_token_id is not None:
+                keep_ids.append(tokenizer.eos_token_id)
+            minimum = math.ceil(self.min_decision_share * g - 1e-9)
+            rng = Random(f"{self.args.seed}:{self.state.global_step}:floor")
+            rows = batch.first_rows + batch.second_rows
+            texts = dict(
+                zip(
+                    rows,
+                    tokenizer.batch_decode(
+                        [completion_ids[r] for r in rows], skip_special_tokens=True
+                    ),
+                    strict=True,
+                )
+            )
+
+            def keeps(r: int) -> bool:
+                return is_keep_text(texts[r], self.plan_max_steps, self.access_mode)
+
+            for j in range(batch.pairs):
+                seconds = batch.second_rows[j * g : (j + 1) * g]
+                to_keep, to_new = decision_floor([keeps(r) for r in seconds], minimum, rng)
+                source = batch.sources[j * g]
+                donors = [r for r in batch.first_rows[j * g : (j + 1) * g] if r != source]
+                donors = [r for r in donors if not keeps(r)] or [source]
+                rng.shuffle(donors)
+                for n, i in enumerate(to_new):
+                    self._fill(
+                        seconds[i],
+                        completion_ids[donors[n % len(donors)]],
+                        completion_ids,
+                        logprobs,
+                    )
+                for i in to_keep:
+                    self._fill(seconds[i], keep_ids, completion_ids, logprobs)
+                batch.filled += len(to_keep) + len(to_new)
+
+        @staticmethod
+        def _fill(row: int, ids: list[int], completion_ids: list[Any], logprobs: list[Any] | None):
+            completion_ids[row] = list(ids)
+            if logprobs is not None:
+                logprobs[row] = [math.nan] * len(ids)
 
         def _second_round_prompts(self, batch: _Batch, texts: list[str]) -> list[list[int]]:
             """Run the round-1 plans, cache their outcomes and build the round-2 prompts."""
@@ -186,6 +304,14 @@ def make_recursive_trainer_class():
             by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
             for r, (_, outcome) in by_row.items():
                 self.rounds.cached[r] = outcome
+            if self.balance_sources:
+                rng = Random(f"{self.args.seed}:{step}:sources")
+                g = batch.group
+                groups = [rows[j * g : (j + 1) * g] for j in range(batch.pairs)]
+                picks = balanced_sources(
+                    [[by_row[r][1].correct for r in grp] for grp in groups], rng
+                )
+                batch.sources = [grp[i] for grp, i in zip(groups, picks, strict=True) for _ in grp]
             tokenizer = self.processing_class
             prompts: dict[int, list[int]] = {}
             ids: list[list[int]] = []

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from conductor_core.train.config import build_config
-from conductor_core.train.recursive import forced_pairs
+from conductor_core.train.recursive import (
+    balanced_sources,
+    decision_floor,
+    forced_pairs,
+    is_keep_text,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +69,51 @@ def test_forced_pairs():
     assert forced_pairs(4, 1.0) == 2
     assert forced_pairs(4, 0.0) == 0
     assert forced_pairs(1, 1.0) == 0
+
+
+@pytest.mark.parametrize(
+    ("keeps", "minimum", "n_keep", "n_new"),
+    [
+        ([False] * 4, 2, 2, 0),
+        ([True] * 4, 2, 0, 2),
+        ([True, False, False, False], 2, 1, 0),
+        ([True, False, True, False], 2, 0, 0),
+        ([True] * 8, 1, 0, 1),
+        ([False] * 3, 2, 1, 0),  # at most half of the group is turned
+        ([True, False], 0, 0, 0),
+    ],
+)
+def test_decision_floor_turns_just_enough_rows_of_the_other_decision(keeps, minimum, n_keep, n_new):
+    from random import Random
+
+    to_keep, to_new = decision_floor(keeps, minimum, Random(0))
+    assert len(to_keep) == n_keep and len(to_new) == n_new
+    assert all(not keeps[i] for i in to_keep) and all(keeps[i] for i in to_new)
+    after = [(k or i in to_keep) and i not in to_new for i, k in enumerate(keeps)]
+    half = min(minimum, len(keeps) // 2)
+    assert sum(after) >= half and len(after) - sum(after) >= half
+
+
+def test_balanced_sources_continues_right_and_wrong_answers_equally_often():
+    from random import Random
+
+    # 8 groups of 4 rows; one right answer in each group (25% right overall).
+    correct = [[i == j % 4 for i in range(4)] for j in range(8)]
+    for seed in range(5):
+        picks = balanced_sources(correct, Random(seed))
+        chosen = [correct[j][i] for j, i in enumerate(picks)]
+        assert sum(chosen) == 4  # random picks would continue 2 right answers on average
+    # Groups with one class only give what they have.
+    picks = balanced_sources([[True, True], [False, False, False]], Random(0))
+    assert picks[0] in (0, 1) and picks[1] in (0, 1, 2)
+
+
+def test_is_keep_text():
+    from conductor_core.train.warmup import KEEP_PLAN
+
+    assert is_keep_text(KEEP_PLAN, 5, "binary")
+    assert not is_keep_text('model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]', 5, "binary")
+    assert not is_keep_text("gibberish", 5, "binary")
 
 
 def test_base_stage_trains_saves_and_tracks(base_run):
@@ -178,3 +228,22 @@ def test_killed_run_resumes_at_the_right_step_with_the_same_data(tmp_path):
     for h in result.history:
         if "problem_ids" in h:
             assert h["problem_ids"] == expected[int(h["step"]) - 1]
+
+
+def test_recursive_decision_floor_puts_both_decisions_in_every_group(base_run, tmp_path):
+    from conductor_core.train.grpo import run_stage
+
+    _, base = base_run
+    config = small(
+        tmp_path / "floor",
+        stage="recursive",
+        steps=1,
+        init_from=str(base.model_dir),
+        recursive={"min_decision_share": 0.5},
+    )
+    result = run_stage(config, progress=False)
+    logged = [h for h in result.history if "recursion/filled_share" in h]
+    # The 2-warm-up-step model never writes the keep plan by itself: the floor fills one row of
+    # the group with it, and it parses as a keep.
+    assert logged and logged[0]["recursion/filled_share"] >= 0.5
+    assert logged[0]["recursion/keep_rate"] > 0.0
