@@ -30,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Also fine-tune the adaptive and recursive stages and print their before/after.",
     )
-    parser.add_argument("--stage-steps", type=int, default=80, help="Adaptive/recursive steps.")
+    parser.add_argument(
+        "--stage-steps",
+        type=int,
+        default=None,
+        help="Adaptive/recursive steps (default: the tiny profile's, 80 and 40).",
+    )
     parser.add_argument(
         "--set",
         dest="sets",
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(result["table"]))
     print(f"reward curve: {result.get('plot') or '(matplotlib missing)'}")
     if args.all_stages:
-        from conductor_core.train.learning import RECURSION_WARMUP, stage_experiment
+        from conductor_core.train.learning import stage_experiment
 
         model = Path(args.out) / "model"
         for stage in ("adaptive", "recursive"):
@@ -67,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
                 model,
                 steps=args.stage_steps,
                 seed=args.seed,
-                extra=RECURSION_WARMUP if stage == "recursive" else None,
             )
             result[stage] = got
             keys = (
@@ -83,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             columns = [c for c in ("before", "warm-up", "after") if c in got]
-            print(f"\n{stage} stage ({args.stage_steps} steps), held-out {' -> '.join(columns)}:")
+            steps = got["summary"]["steps"]
+            print(f"\n{stage} stage ({steps} steps), held-out {' -> '.join(columns)}:")
             for key in keys:
                 print(f"  {key}: " + " -> ".join(f"{got[c].get(key, 0):.3f}" for c in columns))
     print(f"total time: {time.perf_counter() - started:.0f}s")

@@ -357,6 +357,9 @@ _TINY: dict[str, Any] = {
         "steps": 300,
         "batch_size": 16,
         "learning_rate": 1e-3,
+        # Half the warm-up examples are recursion rounds, so that the base model can go on to the
+        # recursive stage (a recursion warm-up after base GRPO re-randomised its routing).
+        "recursion_fraction": 0.5,
     },
     "checkpoint": {"save_steps": 25},
     "tracking": {"sample_plans": 8},
@@ -369,7 +372,20 @@ _STAGE_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
     },
     "tiny": {
         "adaptive": {"steps": 80, "warmup": {"enabled": False}},
-        "recursive": {"steps": 30, "warmup": {"enabled": False}},
+        # Measured (see docs/training.md): 32 questions x 2 plans, so that each step holds 16
+        # round-2 contexts of one keep and one new plan each; lr 2e-4.
+        "recursive": {
+            "steps": 40,
+            "questions_per_step": 32,
+            "plans_per_question": 2,
+            "learning_rate": 2e-4,
+            "warmup": {"enabled": False},
+            "recursive": {
+                "forced_fraction": 1.0,
+                "min_decision_share": 0.5,
+                "balance_sources": True,
+            },
+        },
     },
 }
 

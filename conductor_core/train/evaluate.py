@@ -116,6 +116,53 @@ def evaluate_policy(
     return metrics
 
 
+def completion_probabilities(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[list[dict[str, str]]],
+    completion: str,
+    *,
+    batch_size: int = 32,
+) -> list[float]:
+    """The probability that the model writes exactly ``completion`` (then its end token) for
+    each prompt: teacher-forced, so free of sampling noise."""
+    import torch
+
+    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    target = list(tokenizer(completion, add_special_tokens=False)["input_ids"]) + end
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[float] = []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i : i + batch_size]
+        heads = [
+            tokenizer(
+                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False,
+            )["input_ids"]
+            for p in chunk
+        ]
+        width = max(len(h) for h in heads) + len(target)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, h in enumerate(heads):  # left padding: every completion ends at the last column
+            row = h + target
+            ids[r, width - len(row) :] = torch.tensor(row)
+            mask[r, width - len(row) :] = 1
+        with torch.inference_mode():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logps = logits[:, -len(target) - 1 : -1].float().log_softmax(-1)
+        picked = logps.gather(
+            -1, torch.tensor(target, device=device).expand(len(chunk), -1)[..., None]
+        )
+        out.extend(float(v) for v in picked.squeeze(-1).sum(-1).exp())
+    if was_training:
+        model.train()
+    return out
+
+
 def evaluate_recursion(
     model: Any,
     tokenizer: Any,
@@ -132,7 +179,9 @@ def evaluate_recursion(
 
     ``keep_when_right``: share of round-2 plans that keep a right round-1 answer;
     ``revise_when_wrong``: share that write a new plan after a wrong one; ``final_reward`` and
-    ``first_reward``: mean rewards after round 2 and after round 1.
+    ``first_reward``: mean rewards after round 2 and after round 1; ``keep_prob_when_right`` /
+    ``keep_prob_when_wrong``: mean probability of writing the keep plan (no sampling noise) and
+    ``keep_prob_discrimination`` their difference.
     """
     size = len(pool.workers)
     reward = _reward(problems, pool, bank, config)
@@ -179,7 +228,18 @@ def evaluate_recursion(
     seconds = asyncio.run(
         _score(reward, texts2, [p.id for p in rows], full, base_index=seed + 1, previous=previous)
     )
-    return recursion_metrics(firsts, seconds)
+    metrics = recursion_metrics(firsts, seconds)
+    from conductor_core.train.warmup import KEEP_PLAN
+
+    keep = completion_probabilities(model, tokenizer, second_prompts, KEEP_PLAN)
+    right = [k for k, o in zip(keep, firsts, strict=True) if o.correct]
+    wrong = [k for k, o in zip(keep, firsts, strict=True) if o.plan_ok and not o.correct]
+    metrics["keep_prob_when_right"] = sum(right) / len(right) if right else 0.0
+    metrics["keep_prob_when_wrong"] = sum(wrong) / len(wrong) if wrong else 0.0
+    metrics["keep_prob_discrimination"] = (
+        metrics["keep_prob_when_right"] - metrics["keep_prob_when_wrong"]
+    )
+    return metrics
 
 
 def recursion_metrics(firsts: Sequence[PlanOutcome], seconds: Sequence[PlanOutcome]):

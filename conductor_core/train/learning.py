@@ -20,17 +20,11 @@ ROWS: tuple[tuple[str, str], ...] = (
 )
 COLUMNS: tuple[str, ...] = ("initial", "warm-up", "GRPO")
 
-RECURSION_WARMUP: dict[str, Any] = {
-    "warmup": {"enabled": True, "steps": 150, "recursion_fraction": 0.5, "learning_rate": 1e-3}
-}
-"""Overrides for a tiny recursive run: a short warm-up on recursion rounds (random keep or new
-plan) so that a model trained on first rounds only can write the round-2 format at all."""
-
 
 def learning_config(
     out: str | Path,
     *,
-    steps: int = 150,
+    steps: int | None = 150,
     warmup_steps: int = 300,
     layers: int = 2,
     seed: int = 0,
@@ -39,16 +33,18 @@ def learning_config(
     init_from: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> StageConfig:
-    """The tiny-profile config of the learning experiment (``extra``: more overrides)."""
+    """The tiny-profile config of the learning experiment (``extra``: more overrides; ``steps``
+    None: the profile's steps for ``stage``)."""
     data: dict[str, Any] = {
         "output_dir": str(out),
         "seed": seed,
-        "steps": steps,
         "model": {"tiny": {"layers": layers, "seed": seed}},
         "warmup": {"steps": warmup_steps},
-        "checkpoint": {"save_steps": max(steps, 1)},
         "tracking": {"backend": "mlflow" if track else "none", "log_model": False},
     }
+    if steps is not None:
+        data["steps"] = steps
+        data["checkpoint"] = {"save_steps": max(steps, 1)}
     if init_from:
         data["init_from"] = init_from
     return build_config(data, stage=stage, profile="tiny", overrides=extra)
@@ -157,7 +153,7 @@ def stage_experiment(
     out: str | Path,
     init_from: str | Path,
     *,
-    steps: int = 30,
+    steps: int | None = None,
     seed: int = 0,
     eval_plans: int = 2,
     held_out: int | None = 60,

@@ -1,9 +1,11 @@
 """Learning, shown: a tiny Conductor trained for minutes on CPU learns to route each domain of the
 simulated pool to its best worker (held-out questions, fixed seed), then to use only the workers
-it is offered (adaptive stage).
+it is offered (adaptive stage), and to keep right answers more often than wrong ones in a second
+round (recursive stage).
 
-The margins fail for a broken reward (no reward difference between workers) or a wrong
-advantage sign (the policy would move away from the best worker).
+The margins fail for a broken reward (no reward difference between workers, or between keeping
+and revising) or a wrong advantage sign (the policy would move away from the best worker, or keep
+wrong answers rather than right ones).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ pytestmark = pytest.mark.slow
 WARMUP_STEPS = 300
 GRPO_STEPS = 130
 ADAPTIVE_STEPS = 80
+RECURSIVE_STEPS = 40
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +53,27 @@ def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
     assert result["after"]["out_of_subset_rate"] <= 0.05
     assert result["after"]["out_of_subset_rate"] < result["before"]["out_of_subset_rate"]
     assert result["after"]["reward_mean"] >= result["before"]["reward_mean"]
+
+
+def test_recursive_stage_keeps_right_answers_more_often_than_wrong_ones(base, tmp_path):
+    from conductor_core.train.learning import stage_experiment
+
+    out, _ = base
+    result = stage_experiment(
+        "recursive",
+        tmp_path / "recursive",
+        out / "model",
+        steps=RECURSIVE_STEPS,
+        seed=0,
+        held_out=None,  # all 120 held-out questions, 2 plans each
+    )
+    before, after = result["before"], result["after"]
+    print("\nrecursive before/after:", before, after, sep="\n")
+    # Base GRPO trained round 1 only; the recursive stage restores the round-2 format.
+    assert after["round2_format_error_rate"] <= 0.15
+    assert after["round2_format_error_rate"] < before["round2_format_error_rate"]
+    # Chance is 0 (keeping at random, whatever the rate). Probabilities are teacher-forced, so
+    # the held-out contexts decide them, not sampling noise.
+    assert after["keep_prob_discrimination"] >= 0.05
+    assert after["keep_prob_discrimination"] >= before["keep_prob_discrimination"] + 0.05
+    assert after["wrong_first"] >= 10  # enough wrong first answers to measure on

@@ -149,7 +149,11 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
 
     _, base = base_run
     config = small(
-        tmp_path / "recursive", stage="recursive", steps=1, init_from=str(base.model_dir)
+        tmp_path / "recursive",
+        stage="recursive",
+        steps=1,
+        init_from=str(base.model_dir),
+        recursive={"forced_fraction": 0.5},
     )
     result = run_stage(config, progress=False)
     assert result.steps == 1
