@@ -128,8 +128,9 @@ def completion_probabilities(
     each prompt: teacher-forced, so free of sampling noise."""
     import torch
 
-    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    target = list(tokenizer(completion, add_special_tokens=False)["input_ids"]) + end
+    from conductor_core.train.warmup import completion_token_ids
+
+    target = completion_token_ids(tokenizer, completion)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

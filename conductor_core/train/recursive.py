@@ -24,8 +24,8 @@ keep plan, or with a plan the policy wrote for the same question in round 1 (the
 log-probabilities are NaN on the vLLM path, so TRL applies no importance correction to them). With
 both decisions in every group, the group baseline always compares keeping with revising, and the
 policy cannot drift into always or never keeping, where GRPO would no longer see the other
-decision (measured on the tiny profile: without the floor the keep rate went to 0 or 1 within ten
-steps in every run).
+decision (on the tiny profile without the floor, the keep rate went to 0 or 1 within ten steps in
+every run measured).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 from conductor_core.train.data import prompt_messages
 from conductor_core.train.reward import ConductorReward, PreviousRound, RoundState
-from conductor_core.train.warmup import KEEP_PLAN
+from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 
@@ -246,9 +246,7 @@ def make_recursive_trainer_class():
             """Fill in round-2 decisions so that each group holds both (see the module doc)."""
             g = batch.group
             tokenizer = self.processing_class
-            keep_ids = list(tokenizer(KEEP_PLAN, add_special_tokens=False)["input_ids"])
-            if tokenizer.eos_token_id is not None:
-                keep_ids.append(tokenizer.eos_token_id)
+            keep_ids = completion_token_ids(tokenizer, KEEP_PLAN)
             minimum = math.ceil(self.min_decision_share * g - 1e-9)
             rng = Random(f"{self.args.seed}:{self.state.global_step}:floor")
             rows = batch.first_rows + batch.second_rows

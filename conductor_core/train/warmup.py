@@ -24,6 +24,13 @@ from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
 
+
+def completion_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """``text`` as a completion the model writes: its tokens, then the end-of-turn token."""
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+
+
 WARMUP_SUBTASKS: tuple[str, ...] = (
     "Solve the problem and give the final answer.",
     "Answer the question.",
