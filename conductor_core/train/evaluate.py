@@ -10,7 +10,8 @@ for recursion, how often a second round keeps a right answer and revises a wrong
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from random import Random
 from typing import Any
 
@@ -19,6 +20,18 @@ from conductor_core.train.config import StageConfig
 from conductor_core.train.data import offered_subset, stage_prompt
 from conductor_core.train.reward import ConductorReward, PlanOutcome, PreviousRound, summarize
 from conductor_core.workers.config import PoolConfig
+
+
+@contextmanager
+def eval_mode(model: Any) -> Iterator[Any]:
+    """Put ``model`` in eval mode for the block (yields its device); restore training mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield next(model.parameters()).device
+    finally:
+        if was_training:
+            model.train()
 
 
 def generate_texts(
@@ -42,29 +55,25 @@ def generate_texts(
     flat = [t for t in texts for _ in range(n)]
     tokenizer.padding_side = "left"
     torch.manual_seed(seed)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     outputs: list[str] = []
-    for i in range(0, len(flat), batch_size):
-        chunk = flat[i : i + batch_size]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(device) for k, v in enc.items()}
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
-            "pad_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-        }
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
-        with torch.inference_mode():
-            out = model.generate(**enc, **kwargs)
-        width = enc["input_ids"].shape[1]
-        outputs.extend(tokenizer.batch_decode(out[:, width:], skip_special_tokens=True))
-    if was_training:
-        model.train()
+    with eval_mode(model) as device:
+        for i in range(0, len(flat), batch_size):
+            chunk = flat[i : i + batch_size]
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(device) for k, v in enc.items()}
+            kwargs: dict[str, Any] = {
+                "max_new_tokens": max_new_tokens,
+                "pad_token_id": tokenizer.pad_token_id,
+                "eos_token_id": tokenizer.eos_token_id,
+            }
+            if temperature > 0:
+                kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+            else:
+                kwargs.update(do_sample=False)
+            with torch.inference_mode():
+                out = model.generate(**enc, **kwargs)
+            width = enc["input_ids"].shape[1]
+            outputs.extend(tokenizer.batch_decode(out[:, width:], skip_special_tokens=True))
     return [outputs[j * n : (j + 1) * n] for j in range(len(prompts))]
 
 
@@ -131,36 +140,32 @@ def completion_probabilities(
     from conductor_core.train.warmup import completion_token_ids
 
     target = completion_token_ids(tokenizer, completion)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     out: list[float] = []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        heads = [
-            tokenizer(
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
-                add_special_tokens=False,
-            )["input_ids"]
-            for p in chunk
-        ]
-        width = max(len(h) for h in heads) + len(target)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, h in enumerate(heads):  # left padding: every completion ends at the last column
-            row = h + target
-            ids[r, width - len(row) :] = torch.tensor(row)
-            mask[r, width - len(row) :] = 1
-        with torch.inference_mode():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        logps = logits[:, -len(target) - 1 : -1].float().log_softmax(-1)
-        picked = logps.gather(
-            -1, torch.tensor(target, device=device).expand(len(chunk), -1)[..., None]
-        )
-        out.extend(float(v) for v in picked.squeeze(-1).sum(-1).exp())
-    if was_training:
-        model.train()
+    with eval_mode(model) as device:
+        for i in range(0, len(prompts), batch_size):
+            chunk = prompts[i : i + batch_size]
+            heads = [
+                tokenizer(
+                    tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                    add_special_tokens=False,
+                )["input_ids"]
+                for p in chunk
+            ]
+            width = max(len(h) for h in heads) + len(target)
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, h in enumerate(heads):  # left padding: every completion ends at the last column
+                row = h + target
+                ids[r, width - len(row) :] = torch.tensor(row)
+                mask[r, width - len(row) :] = 1
+            with torch.inference_mode():
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            logps = logits[:, -len(target) - 1 : -1].float().log_softmax(-1)
+            picked = logps.gather(
+                -1, torch.tensor(target, device=device).expand(len(chunk), -1)[..., None]
+            )
+            out.extend(float(v) for v in picked.squeeze(-1).sum(-1).exp())
     return out
 
 
