@@ -22,10 +22,10 @@ from conductor_core.evaluate.methods import PlanSourceMethod
 from conductor_core.evaluate.runner import RunConfig, run_eval
 from conductor_core.policy.scripted import ScriptedPlanSource
 from conductor_core.solve import SolveOptions
-from conductor_core.tasks.problem import Problem
+from conductor_core.tasks.problem import Problem, write_jsonl
 from conductor_core.workers.config import load_pool
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated import ProblemBank, bundled_pool_path
+from conductor_core.workers.simulated import bundled_pool_path
 
 
 def make_problems(n: int, seed: int = 0) -> list[Problem]:
@@ -93,8 +93,10 @@ def main() -> None:
         "conductor:scripted", ScriptedPlanSource(), SolveOptions(answer_fallback=True)
     )
 
-    async def go(out: Path):
-        async with WorkerPool(config, bank=ProblemBank(problems)) as pool:
+    async def go(out: Path, known: Path):
+        write_jsonl(problems, known)  # the problems the simulated workers know
+        pool_config = config.with_simulation_problems([known], replace=True)
+        async with WorkerPool(pool_config) as pool:
             t0 = time.perf_counter()
             recs = await run_eval(
                 problems, [method], pool, out, RunConfig(concurrency=args.in_flight, progress=False)
@@ -102,7 +104,7 @@ def main() -> None:
             return recs, time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory() as tmp:
-        records, wall = asyncio.run(go(Path(tmp) / "records.jsonl"))
+        records, wall = asyncio.run(go(Path(tmp) / "records.jsonl", Path(tmp) / "problems.jsonl"))
     conc = {i: w.concurrency for i, w in enumerate(config.workers)}
     bound = lower_bound(records, conc, args.latency_ms / 1000)
     s = aggregate(records).get("conductor:scripted")

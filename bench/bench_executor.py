@@ -17,21 +17,21 @@ import time
 
 from conductor_core.workers.config import PoolConfig, SimulationProfile, WorkerConfig
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated import ProblemBank
 from conductor_core.workflow.executor import execute
 from conductor_core.workflow.model import ALL, Step, Workflow
 from conductor_core.workflow.prompts import worker_message
 
 
 def make_pool(n_workers: int, latency_ms: float, concurrency: int) -> PoolConfig:
-    """Simulated workers with a fixed latency and no jitter (so the lower bound is exact)."""
+    """Simulated workers with a fixed latency and no jitter (so the lower bound is exact), knowing
+    no problems."""
     workers = [
         WorkerConfig(
             name=f"bench-{i}",
             provider="simulated",
             model=f"bench-{i}",
             concurrency=concurrency,
-            simulation=SimulationProfile(latency_ms=latency_ms, seed=i),
+            simulation=SimulationProfile(latency_ms=latency_ms, seed=i, problems=[]),
         )
         for i in range(n_workers)
     ]
@@ -103,7 +103,7 @@ async def overhead(n_plans: int, n_workers: int) -> tuple[float, int]:
     config = make_pool(n_workers, 0.0, 10_000)
     plans = make_plans(n_plans, n_workers, seed=1)
     steps = sum(len(p) for p in plans)
-    async with WorkerPool(config, bank=ProblemBank([])) as pool:
+    async with WorkerPool(config) as pool:
         await run_concurrent(plans[:50], pool, "warm-up question")
         wall = await run_concurrent(plans, pool, "What is the capital of France?")
     return wall / steps, steps
@@ -113,7 +113,7 @@ async def batch(n_plans: int, n_workers: int, latency_ms: float, concurrency: in
     config = make_pool(n_workers, latency_ms, concurrency)
     plans = make_plans(n_plans, n_workers)
     bound = lower_bound(plans, latency_ms / 1000, concurrency, n_workers)
-    async with WorkerPool(config, bank=ProblemBank([])) as pool:
+    async with WorkerPool(config) as pool:
         ours = await run_concurrent(plans, pool, "Batch question?")
         paper = await run_paper_style(plans, pool, "Batch question?")
     return bound, ours, paper, sum(len(p) for p in plans)

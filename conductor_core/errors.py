@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pydantic import ValidationError
+
 
 class ConductorError(Exception):
     """Base class for errors that the CLI reports as one clear line (no traceback)."""
@@ -32,3 +37,19 @@ def require(module: str, extra: str, purpose: str = "", package: str | None = No
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MissingDependencyError(package or module.split(".")[0], extra, purpose) from exc
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """A pydantic validation error as one line: ``field.path: message`` per problem, ``; ``-joined.
+
+    An unknown field (``extra="forbid"``) reads "unknown field; remove it or check its spelling",
+    and pydantic's "Value error, " prefix of a validator's message is dropped.
+    """
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)

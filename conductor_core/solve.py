@@ -8,6 +8,10 @@ Round 1 asks for a plan; a plan that does not parse ends the question as a forma
 further round shows the Conductor its previous plan and that plan's final answer; it writes a new
 plan or three empty lists (keep the answer). A later round whose plan does not parse, or whose
 execution is spoiled by infrastructure, keeps the previous answer. Budgets are shared by all rounds.
+
+``solve(..., previous=...)`` continues from a round already run elsewhere (the recursive training
+stage scores a second-round plan this way): the first round it runs is then that round's successor,
+and its format or infrastructure failure is the trace's.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
 from conductor_core.workflow.executor import UNLIMITED, Budget, EventHandler, WorkerCaller, execute
 from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
 
@@ -27,7 +32,8 @@ class SolveOptions:
 
     ``worker_ids`` offers a subset of the pool (adaptive pools): the Conductor sees them renumbered
     0..k-1 and the plan is mapped back before execution. ``descriptions`` are shown per offered
-    worker in descriptor mode.
+    worker in descriptor mode. ``prompt_style`` is how the Conductor is asked (a plan source
+    backed by a trained model asks in the style saved with it, whatever this says).
     """
 
     max_rounds: int = 1
@@ -38,6 +44,7 @@ class SolveOptions:
     descriptors: bool = False
     descriptions: tuple[str, ...] = field(default_factory=tuple)
     answer_fallback: bool = False
+    prompt_style: PromptStyle = PromptStyle.FULL
 
     def offered(self, pool_size: int) -> tuple[int, ...]:
         """Pool ids offered to the Conductor, in the order it sees them."""
@@ -67,6 +74,7 @@ def plan_request(
         descriptors=options.descriptors,
         previous=previous,
         sample_index=sample_index,
+        prompt_style=options.prompt_style,
     )
 
 
@@ -78,19 +86,24 @@ async def solve(
     options: SolveOptions | None = None,
     sample_index: int = 0,
     on_event: EventHandler | None = None,
+    previous: PreviousRound | None = None,
 ) -> SolveTrace:
-    """Solve ``question``: plan, execute and (optionally) refine. Returns the full trace."""
+    """Solve ``question``: plan, execute and (optionally) refine. Returns the full trace.
+
+    With ``previous`` the loop continues from that round (as round 1 of ``options.max_rounds``
+    rounds in all) instead of starting afresh.
+    """
     opts = options or SolveOptions()
     offered = opts.offered(len(pool))
     trace = SolveTrace(question=question)
     wall0 = time.perf_counter()
-    previous: PreviousRound | None = None
-    answer: str | None = None
+    start = 0 if previous is None else 1
+    answer: str | None = previous.answer if previous is not None else None
 
-    for r in range(max(1, opts.max_rounds)):
+    for r in range(start, max(start + 1, opts.max_rounds)):
         spent = trace.input_tokens + trace.output_tokens
         budget = opts.budget.minus(spent, trace.cost, time.perf_counter() - wall0)
-        if r > 0 and _exhausted(budget):
+        if r > start and _exhausted(budget):
             break
         request = plan_request(question, len(pool), opts, sample_index, previous)
         if on_event is not None:
@@ -116,7 +129,7 @@ async def solve(
                 }
             )
         if result.workflow is None:
-            trace.format_error = r == 0
+            trace.format_error = r == start
             break
         if result.workflow.is_keep:
             rnd.kept_previous = r > 0
@@ -140,11 +153,11 @@ async def solve(
         trace.output_tokens += wf_trace.output_tokens
         trace.cost += wf_trace.cost
         if wf_trace.infra_error:
-            trace.infra_error = r == 0
+            trace.infra_error = r == start
             break
         answer = wf_trace.answer
         # The Conductor sees the plan in its offered numbering, exactly as it wrote it.
-        previous = PreviousRound(plan=result.workflow.render(), answer=answer or "")
+        previous = PreviousRound(plan=result.workflow.render(), answer=answer)
 
     trace.answer = answer
     trace.wall_s = time.perf_counter() - wall0
@@ -156,4 +169,38 @@ def _exhausted(budget: Budget) -> bool:
         budget.max_tokens == 0
         or budget.max_cost == 0.0
         or (budget.deadline_s is not None and budget.deadline_s <= 0)
+    )
+
+
+def solve_options(
+    pool,
+    *,
+    max_steps: int = 5,
+    access_mode: str | AccessMode = AccessMode.BINARY,
+    descriptors: bool = False,
+    rounds: int = 1,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
+    deadline: float | None = None,
+    answer_fallback: bool = False,
+    prompt_style: PromptStyle | str = PromptStyle.FULL,
+) -> SolveOptions:
+    """Solve options from plain settings (as a config file or the command line gives them).
+
+    ``pool`` is the :class:`~conductor_core.workers.config.PoolConfig`: its workers' descriptions
+    are shown in descriptor mode. The budget caps steps, and tokens, dollars and seconds when given.
+    ``prompt_style`` is how a Conductor of unknown training is asked (a model folder saved by
+    training carries its own).
+    """
+    return SolveOptions(
+        max_rounds=rounds,
+        max_steps=max_steps,
+        access_mode=AccessMode(access_mode),
+        budget=Budget(
+            max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost, deadline_s=deadline
+        ),
+        descriptors=descriptors,
+        descriptions=tuple(w.description for w in pool.workers),
+        answer_fallback=answer_fallback,
+        prompt_style=PromptStyle(prompt_style),
     )

@@ -3,7 +3,8 @@
 Builds a model directory with the Qwen2.5-7B architecture and random weights (vLLM
 ``load_format="dummy"``: nothing is downloaded), then plans N problems in one batch and prints
 plans per second, tokens per second and the format-error rate (random weights write garbage, so
-nearly every plan is a format error: this measures throughput, not quality).
+nearly every plan is a format error: this measures throughput, not quality). Needs a GPU and
+``pip install 'conductor-core[vllm]'``.
 
     python scripts/gpu_eval_planning.py [--arch qwen2.5-7b] [--problems 512] [--max-tokens 256]
 """

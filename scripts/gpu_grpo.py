@@ -6,7 +6,8 @@ Prints step time, generation throughput and GPU memory, and writes them to <out>
     python scripts/gpu_grpo.py --out /tmp/gpu-grpo --steps 3                  # H100/H200, vLLM
     python scripts/gpu_grpo.py --arch tiny --backend transformers --steps 1   # CPU smoke check
 
-Needs the training image (CUDA torch, TRL, vLLM inside TRL's supported window).
+Needs the training image (CUDA torch, TRL, vLLM inside TRL's supported window):
+``pip install 'conductor-core[gpu]'``.
 """
 
 from __future__ import annotations

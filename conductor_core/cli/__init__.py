@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module of this package and exposes a click command named
 ``command``; modules are imported only when their subcommand runs, so ``conductor --help`` stays
-fast and a missing optional dependency only affects the subcommand that needs it.
+fast and a missing optional dependency only affects the subcommand that needs it. Commands of
+other installed packages join through the ``conductor.commands`` entry-point group (the
+``pipeline`` command of ``pipelines/``), so this library never imports them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("conductor_core.cli.plan", "Ask the Conductor for a plan only (no execution)."),
     "parse": ("conductor_core.cli.parse", "Parse raw Conductor output; print the plan or error."),
     "simulate": ("conductor_core.cli.simulate", "Simulated workers and their HTTP server."),
+    "serve": ("conductor_core.cli.serve", "Serve the Conductor as an OpenAI-compatible API."),
     "grade": ("conductor_core.cli.grade", "Grade a file of answers against a file of problems."),
     "tasks": ("conductor_core.cli.tasks", "Benchmark sources: export problems as JSONL."),
     "train": (
@@ -33,15 +36,35 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+ENTRY_POINT_GROUP = "conductor.commands"
+
+
+def _plugins() -> dict[str, object]:
+    """Commands other packages add through the ``conductor.commands`` entry points."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when it is invoked."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(name for name, (mod, _) in SUBCOMMANDS.items() if _module_exists(mod))
+        own = {name for name, (mod, _) in SUBCOMMANDS.items() if _module_exists(mod)}
+        return sorted(own | set(_plugins()))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in SUBCOMMANDS:
-            return None
+            plugin = _plugins().get(cmd_name)
+            if plugin is None:
+                return None
+            try:
+                return plugin.load()  # type: ignore[attr-defined]
+            except ImportError as exc:
+                raise ConductorError(
+                    f"`conductor {cmd_name}` needs {exc.name or 'a missing package'}; install "
+                    "the `pipelines` extra: pip install 'conductor-core[pipelines]'"
+                ) from exc
         module_name, short_help = SUBCOMMANDS[cmd_name]
         if not _module_exists(module_name):
             return None

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.prompts import PromptStyle
 
 
 def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +43,9 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "problems_path",
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
-            help="Problem bank for simulated workers (default: the bundled demo problems).",
+            help="Problems the simulated workers know, JSONL or Parquet, replacing the pool's "
+            "simulation.problems (default: those of the pool; the bundled pool knows the "
+            "bundled demo problems).",
         ),
         click.option("--max-steps", default=5, show_default=True, type=click.IntRange(1, 20)),
         click.option(
@@ -52,25 +55,29 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
         ),
         click.option("--descriptors", is_flag=True, help="Describe workers to the Conductor."),
+        click.option(
+            "--prompt-style",
+            type=click.Choice([s.value for s in PromptStyle]),
+            default=PromptStyle.FULL.value,
+            show_default=True,
+            help="How the Conductor is asked: 'full' (worked examples) or 'compact' (tiny "
+            "models). A model folder saved by `conductor train` is always asked its own way.",
+        ),
         click.option("--seed", "sample_index", default=0, show_default=True, help="Sample index."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
-def load_pool_and_bank(pool_path: Path | None, problems_path: Path | None):
-    """Load the pool config (bundled simulated pool by default) and the simulated problem bank."""
-    from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import (
-        ProblemBank,
-        bundled_pool_path,
-        bundled_problems_path,
-    )
+def load_pool(pool_path: Path | None, problems_path: Path | None):
+    """The pool config (the bundled simulated pool by default); ``--problems`` replaces the
+    problems its simulated workers know."""
+    from conductor_core.workers.config import load_pool as load_pool_file
+    from conductor_core.workers.simulated import bundled_pool_path
 
-    config = load_pool(pool_path or bundled_pool_path())
-    bank = None
-    if any(w.provider == "simulated" for w in config.workers):
-        bank = ProblemBank.from_file(problems_path or bundled_problems_path())
-    return config, bank
+    config = load_pool_file(pool_path or bundled_pool_path())
+    if problems_path is not None:
+        config = config.with_simulation_problems([problems_path], replace=True)
+    return config
 
 
 def make_plan_source(spec: str, model: str | None, key_env: str | None):
@@ -78,33 +85,3 @@ def make_plan_source(spec: str, model: str | None, key_env: str | None):
     from conductor_core.policy.factory import load_plan_source
 
     return load_plan_source(spec, model=model, api_key_env=key_env)
-
-
-def solve_options(
-    config,
-    *,
-    max_steps: int,
-    access_mode: str,
-    descriptors: bool,
-    rounds: int = 1,
-    max_tokens: int | None = None,
-    max_cost: float | None = None,
-    deadline: float | None = None,
-    answer_fallback: bool = False,
-):
-    """The solve-loop options the shared command-line options describe (workers' descriptions
-    come from the pool config)."""
-    from conductor_core.solve import SolveOptions
-    from conductor_core.workflow.executor import Budget
-
-    return SolveOptions(
-        max_rounds=rounds,
-        max_steps=max_steps,
-        access_mode=AccessMode(access_mode),
-        budget=Budget(
-            max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost, deadline_s=deadline
-        ),
-        descriptors=descriptors,
-        descriptions=tuple(w.description for w in config.workers),
-        answer_fallback=answer_fallback,
-    )

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
+from typing import Any
 
 import click
 
-from conductor_core.cli._common import (
-    conductor_options,
-    load_pool_and_bank,
-    make_plan_source,
-    solve_options,
-)
+from conductor_core.cli._common import conductor_options
 
 
 @click.group("eval")
@@ -20,33 +15,72 @@ def command() -> None:
     """Sharded benchmark evaluation with baselines, statistics and reports."""
 
 
-def load_eval_problems(
-    benchmark: str, path: str | None, split: str | None, limit: int | None, options: dict
-):
-    """``demo`` (the bundled slice), a Problem JSONL/Parquet file, or a benchmark name."""
-    from conductor_core.tasks.problem import read_problems
+# option (parameter name) -> EvalConfig field, for the options that map one to one
+_FIELDS = {
+    "benchmark": "benchmark",
+    "source_path": "path",
+    "split": "split",
+    "limit": "limit",
+    "pool_path": "pool",
+    "problems_path": "problems",
+    "conductor": "conductor",
+    "conductor_model": "conductor_model",
+    "conductor_key_env": "conductor_key_env",
+    "max_steps": "max_steps",
+    "access_mode": "access_mode",
+    "descriptors": "descriptors",
+    "prompt_style": "prompt_style",
+    "sample_index": "seed",
+    "baselines": "baselines",
+    "repeats": "repeats",
+    "rounds": "rounds",
+    "setting": "setting",
+    "concurrency": "concurrency",
+    "out_dir": "output_dir",
+}
 
-    if benchmark == "demo":
-        from conductor_core.workers.simulated import bundled_problems_path
 
-        problems = read_problems(bundled_problems_path())
-        wanted = split or "test"
-        problems = [p for p in problems if p.metadata.get("split", "test") == wanted]
-    elif Path(benchmark).suffix in (".jsonl", ".parquet") and Path(benchmark).exists():
-        problems = read_problems(benchmark)
-    else:
-        from conductor_core.tasks.sources import load_benchmark
+def config_overrides(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
+    """The EvalConfig fields set by the options given on the command line (not by defaults)."""
+    from click.core import ParameterSource
 
-        problems = load_benchmark(benchmark, path=path, split=split, **options)
-    return problems[:limit] if limit else problems
+    from conductor_core.evaluate.shards import parse_shard_spec
+
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+    out: dict[str, Any] = {}
+    for name, key in _FIELDS.items():
+        if given(name):
+            value = options[name]
+            out[key] = str(value) if isinstance(value, Path) else value
+    if given("lcb_version"):
+        out["options"] = {"version": options["lcb_version"]}
+    if given("shard"):
+        index, count = parse_shard_spec(options["shard"])
+        out["shard"] = {"index": index, "count": count}
+    if options["no_conductor"]:
+        out["evaluate_conductor"] = False
+    if options["use_mlflow"]:
+        out["mlflow"] = {"enabled": True}
+    return out
 
 
 @command.command("run")
 @click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Evaluation config YAML (fields of EvalConfig, see docs/evaluation.md); the options "
+    "given on the command line override it.",
+)
+@click.option(
     "--benchmark",
-    required=True,
+    default=None,
     help="'demo' (bundled slice), a benchmark name (see `conductor tasks list`), "
-    "or a Problem .jsonl/.parquet file.",
+    "or a Problem .jsonl/.parquet file. Required unless the --config file names it.",
 )
 @click.option("--path", "source_path", default=None, help="Local copy of the benchmark data.")
 @click.option("--split", default=None)
@@ -77,120 +111,90 @@ def load_eval_problems(
     show_default=True,
 )
 @click.option("--mlflow", "use_mlflow", is_flag=True, help="Log figures and traces to MLflow.")
+@click.option(
+    "--parent-run",
+    default=None,
+    help="MLflow run of the pipeline run (implies --mlflow): log as its nested stage run "
+    "(`aggregate`, or `evaluate-IofN` for one of several shards), one nested run per method.",
+)
 @click.option("--no-progress", is_flag=True)
+@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+@click.option(
+    "--preset",
+    default=None,
+    help="Run a named table: paper-main (every benchmark of the paper, unconstrained) or "
+    "paper-constrained (in-domain, training setting); other options apply to each benchmark.",
+)
+@click.pass_context
 def run_cmd(
-    benchmark,
-    source_path,
-    split,
-    limit,
-    lcb_version,
-    pool_path,
-    conductor,
-    conductor_model,
-    conductor_key_env,
-    problems_path,
-    max_steps,
-    access_mode,
-    descriptors,
-    sample_index,
-    shard,
-    baselines,
-    no_conductor,
-    repeats,
-    rounds,
-    setting,
-    concurrency,
-    out_dir,
-    use_mlflow,
-    no_progress,
+    ctx: click.Context,
+    config_path: Path | None,
+    preset: str | None,
+    no_progress: bool,
+    print_config: bool,
+    parent_run: str | None,
+    **options: Any,
 ) -> None:
     """Plan, execute and grade every problem of a shard; write records and a report."""
+    from conductor_core.evaluate.config import load_eval_config, parse_eval_config
+    from conductor_core.evaluate.job import run_shard
+
+    overrides = config_overrides(ctx, options)
+    if preset is not None:
+        _run_preset(preset, overrides, not no_progress, print_config, parent_run)
+        return
+    if config_path is not None:
+        config = load_eval_config(config_path, overrides)
+    elif "benchmark" not in overrides:
+        raise click.UsageError("give --benchmark (or a --config file that names one)")
+    else:
+        config = parse_eval_config(overrides, origin="conductor eval run")
+    if print_config:
+        click.echo(config.to_yaml(), nl=False)
+        return
+    result = run_shard(config, progress=not no_progress, log=click.echo, parent_run_id=parent_run)
+    _print_summary(result.summary)
+    click.echo(f"report: {result.report['markdown']} and {result.report['html']}")
+    if result.run_id is not None:
+        click.echo(f"mlflow run: {result.run_id}")
+
+
+def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
     from conductor_core.evaluate.aggregate import aggregate
-    from conductor_core.evaluate.methods import PlanSourceMethod
-    from conductor_core.evaluate.records import read_records
+    from conductor_core.evaluate.config import parse_eval_config
+    from conductor_core.evaluate.job import run_shard
+    from conductor_core.evaluate.presets import preset_configs, preset_setting
+    from conductor_core.evaluate.records import dedupe, read_records
     from conductor_core.evaluate.report import write_report
-    from conductor_core.evaluate.runner import RunConfig, run_eval
-    from conductor_core.evaluate.shards import parse_shard_spec, shard_by_count
-    from conductor_core.evaluate.specs import build_baselines
-    from conductor_core.workers.pool import WorkerPool
+    from conductor_core.tasks.sources.local import check_local_copies
 
-    index, count = parse_shard_spec(shard)
-    options = {"version": lcb_version} if lcb_version else {}
-    problems = load_eval_problems(benchmark, source_path, split, limit, options)
-    mine = shard_by_count(problems, index, count)
-    config, bank = load_pool_and_bank(pool_path, problems_path)
-    if setting:
-        config = config.with_profile(setting)
-    if bank is not None:
-        from conductor_core.workers.simulated import ProblemBank
-
-        bank = ProblemBank([*bank, *(p for p in problems if bank.get(p.question) is None)])
-    solve_opts = solve_options(
-        config,
-        max_steps=max_steps,
-        access_mode=access_mode,
-        descriptors=descriptors,
-        rounds=rounds,
-        answer_fallback=True,
+    dicts = preset_configs(name, overrides)
+    hub = check_local_copies(
+        [(Path(d["output_dir"]).name, d["path"]) for d in dicts], what=f"preset {name}"
     )
-    methods = (
-        []
-        if no_conductor
-        else [
-            PlanSourceMethod(
-                f"conductor:{conductor}",
-                make_plan_source(conductor, conductor_model, conductor_key_env),
-                solve_opts,
-            )
-        ]
-    )
-    methods += build_baselines(baselines.split(","), config, options=solve_opts)
-    if not methods:
-        raise click.UsageError("nothing to evaluate: give a conductor or --baselines")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    records_path = out_dir / f"records-{index}of{count}.jsonl"
-    click.echo(
-        f"{benchmark}: {len(mine)} of {len(problems)} problems in shard {index}/{count}; "
-        f"methods: {', '.join(m.name for m in methods)}; records: {records_path}"
-    )
-    run_cfg = RunConfig(
-        repeats=repeats, seed=sample_index, concurrency=concurrency, progress=not no_progress
-    )
-
-    async def go():
-        async with WorkerPool(config, bank=bank) as pool:
-            try:
-                return await run_eval(mine, methods, pool, records_path, run_cfg)
-            finally:
-                for m in methods:
-                    await m.aclose()
-
-    records = asyncio.run(go())
-    summary = aggregate(records)
-    names = [w.display_name for w in config.workers]
+    configs = []
+    for d in dicts:
+        if Path(d["output_dir"]).name in hub:
+            d["path"] = None
+        configs.append(parse_eval_config(d, origin=f"preset {name}"))
+    if print_config:
+        click.echo("---\n".join(c.to_yaml() for c in configs), nl=False)
+        return
+    records = []
+    for config in configs:
+        result = run_shard(config, progress=progress, log=click.echo, parent_run_id=parent_run)
+        records += read_records(result.records_path)
+    summary = aggregate(dedupe(records))
+    out = Path(overrides.get("output_dir", f"runs/{name}"))
+    shard = configs[0].shard
     paths = write_report(
-        summary, out_dir, title=f"{benchmark} shard {index}/{count}", worker_names=names
+        summary,
+        out / f"report-{shard.tag}",
+        title=f"{name} shard {shard}",
+        paper_setting=preset_setting(name),
     )
     _print_summary(summary)
     click.echo(f"report: {paths['markdown']} and {paths['html']}")
-    if use_mlflow:
-        from conductor_core.evaluate.tracking import log_evaluation
-
-        run_id = log_evaluation(
-            summary,
-            read_records(records_path),
-            paths,
-            run_name=f"{Path(benchmark).stem}-{setting or 'default'}-shard{index}of{count}",
-            params={
-                "benchmark": benchmark,
-                "shard": shard,
-                "conductor": conductor,
-                "repeats": repeats,
-                "setting": setting or "default",
-                "pool": [w.display_name for w in config.workers],
-            },
-        )
-        click.echo(f"mlflow run: {run_id}")
 
 
 @command.command("aggregate")
@@ -204,7 +208,13 @@ def run_cmd(
 )
 @click.option("--title", default="Evaluation")
 @click.option("--mlflow", "use_mlflow", is_flag=True, help="Log figures and traces to MLflow.")
-def aggregate_cmd(records, out_dir, title, use_mlflow) -> None:
+@click.option(
+    "--parent-run",
+    default=None,
+    help="MLflow run of the pipeline run (implies --mlflow): log as its nested `aggregate` stage "
+    "run, with one nested run per method.",
+)
+def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
     """Merge the records of several shards into one report."""
     from conductor_core.evaluate.aggregate import aggregate
     from conductor_core.evaluate.records import dedupe, read_records
@@ -217,40 +227,133 @@ def aggregate_cmd(records, out_dir, title, use_mlflow) -> None:
     paths = write_report(summary, out_dir, title=title)
     _print_summary(summary)
     click.echo(f"report: {paths['markdown']} and {paths['html']}")
-    if use_mlflow:
+    if use_mlflow or parent_run:
         from conductor_core.evaluate.tracking import log_evaluation
 
-        click.echo(f"mlflow run: {log_evaluation(summary, recs, paths, params={'title': title})}")
+        logged = log_evaluation(
+            summary, recs, paths, params={"title": title}, run_name=title, parent_run_id=parent_run
+        )
+        click.echo(f"mlflow run: {logged.run_id}")
+
+
+@command.command("fit-router")
+@click.argument("kind", type=click.Choice(["routerdc", "masrouter"]))
+@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--problems",
+    "problems_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The training questions (a Problem JSONL/Parquet file): those the records graded.",
+)
+@click.option("--pool", "pool_path", default=None, help="Pool YAML (default: the bundled one).")
+@click.option("--encoder", default=None, help="Sentence encoder (default all-MiniLM-L6-v2).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) -> None:
+    """Train a RouterDC or MASRouter baseline on the per-worker correctness that evaluation
+    records of `single` (every worker alone) hold, e.g. `eval run --baselines single` on a
+    training split. Then evaluate it with `--baselines KIND:OUT`."""
+    from conductor_core.errors import ConfigError
+    from conductor_core.evaluate.records import read_records
+    from conductor_core.evaluate.routers.base import single_methods
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.simulated import bundled_pool_path
+
+    pool = load_pool(pool_path or bundled_pool_path())
+    recs = [r for path in records for r in read_records(path)]
+    methods = single_methods([w.display_name for w in pool.workers])
+    missing = [m for m in methods if not any(r.method == m for r in recs)]
+    if missing:
+        raise ConfigError(
+            f"records: no records of {', '.join(missing)}; run `conductor eval run --baselines "
+            "single` on the training questions first"
+        )
+    if kind == "routerdc":
+        from conductor_core.evaluate.routers.routerdc import fit_routerdc as fit
+    else:
+        from conductor_core.evaluate.routers.masrouter import fit_masrouter as fit
+    problems = read_problems(problems_path)
+    click.echo(f"training {kind} on {len(problems)} questions, {len(recs)} records ...", err=True)
+    folder = fit(recs, problems, out_dir, worker_methods=methods, encoder=encoder)
+    click.echo(f"trained {kind} on {len(problems)} questions: {folder}")
+    click.echo(f"evaluate it with: conductor eval run --baselines {kind}:{folder} ...")
 
 
 @command.command("compare")
-@click.option("--experiment", default="conductor-eval", show_default=True)
-@click.option("--metric", default="accuracy.average", show_default=True)
-@click.option("--max-runs", default=20, show_default=True)
-def compare_cmd(experiment, metric, max_runs) -> None:
-    """Compare evaluation runs logged to MLflow (MLFLOW_TRACKING_URI)."""
+@click.option(
+    "--experiment",
+    default=None,
+    help="MLflow experiment (default: conductor-eval, or every experiment when a run is named).",
+)
+@click.option(
+    "--parent-run",
+    default=None,
+    help="An evaluation run, or a pipeline run (then the methods of all its evaluations).",
+)
+@click.option("--kfp-run-id", default=None, help="The KFP run id of a pipeline run.")
+@click.option(
+    "--tracking-uri", default=None, help="Tracking URI (default: $MLFLOW_TRACKING_URI, else local)."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--max-runs", default=200, show_default=True, type=click.IntRange(1), help="Newest runs read."
+)
+def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs) -> None:
+    """Compare evaluated methods side by side: one row per method run read back from MLflow,
+    with accuracy per benchmark and overall, cost and calls per question."""
+    import json
+
     from conductor_core.evaluate.tracking import compare_runs
 
-    rows = compare_runs(experiment, max_runs=max_runs)
+    if parent_run and kfp_run_id:
+        raise click.UsageError("give --parent-run or --kfp-run-id, not both")
+    rows = compare_runs(
+        experiment,
+        parent_run_id=parent_run,
+        kfp_run_id=kfp_run_id,
+        tracking_uri=tracking_uri,
+        max_runs=max_runs,
+    )
     if not rows:
-        raise click.ClickException(f"no runs in MLflow experiment '{experiment}'")
+        where = (
+            f"run {parent_run}"
+            if parent_run
+            else f"KFP run {kfp_run_id}"
+            if kfp_run_id
+            else f"experiment '{experiment or 'conductor-eval'}'"
+        )
+        raise click.ClickException(f"no method runs found for {where} in MLflow")
+    if fmt == "json":
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
     from rich.console import Console
     from rich.table import Table
 
-    keys = sorted({k for r in rows for k in r["metrics"] if k.startswith("accuracy.")})
-    table = Table(title=f"{experiment} (sorted by {metric})")
-    for col in ["run", "name", *keys, "cost_per_question"]:
-        table.add_column(col)
-    rows.sort(key=lambda r: -(r["metrics"].get(metric) or 0.0))
+    benchmarks = sorted({b for r in rows for b in r.benchmarks()})
+    table = Table(title="Accuracy (%) per benchmark, cost and calls per question")
+    columns = ["evaluation", "method", *benchmarks, "overall", "$/q", "calls/q", "run"]
+    for col in columns:
+        table.add_column(col, no_wrap=col in ("method", "run"))
+
+    def pct(value: float | None) -> str:
+        return "–" if value is None else f"{100 * value:.2f}"
+
     for r in rows:
-        m = r["metrics"]
+        m = r.metrics
+        cost, calls = m.get("cost_per_question"), m.get("calls_per_question")
         table.add_row(
-            r["run_id"][:8],
-            r["name"],
-            *(f"{100 * m.get(k, 0):.2f}" for k in keys),
-            f"{m.get('cost_per_question.average', 0):.5f}",
+            r.evaluation,
+            r.method,
+            *(pct(m.get(f"accuracy/{b}")) for b in benchmarks),
+            pct(m.get("accuracy")),
+            "–" if cost is None else f"{cost:.5f}",
+            "–" if calls is None else f"{calls:.2f}",
+            r.run_id[:8],
         )
-    Console().print(table)
+    Console(width=max(120, 24 * (len(columns) + 1))).print(table)
 
 
 def _print_summary(summary) -> None:

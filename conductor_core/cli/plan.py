@@ -11,10 +11,10 @@ import click
 
 from conductor_core.cli._common import (
     conductor_options,
-    load_pool_and_bank,
+    load_pool,
     make_plan_source,
-    solve_options,
 )
+from conductor_core.solve import solve_options
 
 
 @click.command("plan")
@@ -30,15 +30,20 @@ def command(
     max_steps: int,
     access_mode: str,
     descriptors: bool,
+    prompt_style: str,
     sample_index: int,
 ) -> None:
     """Print the Conductor's raw output and the parsed plan (or its format error) as JSON."""
     from conductor_core.solve import plan_request
 
-    config, _ = load_pool_and_bank(pool_path, problems_path)
+    config = load_pool(pool_path, problems_path)
     source = make_plan_source(conductor, conductor_model, conductor_key_env)
     options = solve_options(
-        config, max_steps=max_steps, access_mode=access_mode, descriptors=descriptors
+        config,
+        max_steps=max_steps,
+        access_mode=access_mode,
+        descriptors=descriptors,
+        prompt_style=prompt_style,
     )
     request = plan_request(question, len(config.workers), options, sample_index)
 

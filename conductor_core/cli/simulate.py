@@ -28,7 +28,9 @@ def command() -> None:
     "problems_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Problems the workers know, JSONL or Parquet (default: the bundled demo problems).",
+    help="Problems the workers know, JSONL or Parquet, replacing the pool's "
+    "simulation.problems (default: those of the pool; the bundled pool knows the bundled demo "
+    "problems).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8100, show_default=True, type=int, help="Port to listen on.")
@@ -45,15 +47,18 @@ def serve_command(
     """Serve the pool's simulated workers at http://HOST:PORT/v1 (one model per worker)."""
     from conductor_core.serve.simulator import serve
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import bundled_pool_path, load_bank
+    from conductor_core.workers.simulated import bundled_pool_path, known_problems
 
     pool = load_pool(pool_path or bundled_pool_path())
-    bank = load_bank(problems_path)
+    if problems_path is not None:
+        pool = pool.with_simulation_problems([problems_path], replace=True)
+    known = known_problems(pool)
     models = [w.model for w in pool.workers if w.provider == "simulated"]
-    click.echo(f"worker simulator: http://{host}:{port}/v1 ({len(bank)} known problems)")
+    n_known = len(known) if known is not None else 0
+    click.echo(f"worker simulator: http://{host}:{port}/v1 ({n_known} known problems)")
     for model in models:
         click.echo(f"  model: {model}")
-    serve(pool, bank, host=host, port=port, hang_s=hang_s)
+    serve(pool, host=host, port=port, hang_s=hang_s)
 
 
 @command.command("pool-for-endpoint")

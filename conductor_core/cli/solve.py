@@ -12,10 +12,10 @@ import click
 
 from conductor_core.cli._common import (
     conductor_options,
-    load_pool_and_bank,
+    load_pool,
     make_plan_source,
-    solve_options,
 )
+from conductor_core.solve import solve_options
 
 
 @click.command("solve")
@@ -42,6 +42,7 @@ def command(
     max_steps: int,
     access_mode: str,
     descriptors: bool,
+    prompt_style: str,
     sample_index: int,
     rounds: int,
     max_tokens: int | None,
@@ -51,12 +52,13 @@ def command(
 ) -> None:
     """Plan, run and answer QUESTION on a worker pool."""
 
-    config, bank = load_pool_and_bank(pool_path, problems_path)
+    config = load_pool(pool_path, problems_path)
     options = solve_options(
         config,
         max_steps=max_steps,
         access_mode=access_mode,
         descriptors=descriptors,
+        prompt_style=prompt_style,
         rounds=rounds,
         max_tokens=max_tokens,
         max_cost=max_cost,
@@ -64,12 +66,14 @@ def command(
     )
     source = make_plan_source(conductor, conductor_model, conductor_key_env)
     view = None if as_json else LiveView(config)
-    trace = asyncio.run(_run(question, source, config, bank, options, sample_index, view))
+    trace = asyncio.run(_run(question, source, config, options, sample_index, view))
     if as_json:
         click.echo(json.dumps(trace.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         view.summary(trace)
-        known = bank.get(question) if bank is not None else None
+        from conductor_core.workers.simulated import known_problem
+
+        known = known_problem(config, question)
         if known is not None and trace.answer is not None:
             from conductor_core.tasks.grading import grade
 
@@ -80,11 +84,11 @@ def command(
         sys.exit(1)
 
 
-async def _run(question, source, config, bank, options, sample_index, view):
+async def _run(question, source, config, options, sample_index, view):
     from conductor_core.solve import solve
     from conductor_core.workers.pool import WorkerPool
 
-    async with WorkerPool(config, bank=bank) as pool:
+    async with WorkerPool(config) as pool:
         try:
             return await solve(
                 question,

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from conductor_core.errors import ConfigError
+from conductor_core.train.config import PROFILES
 
 
 def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
@@ -46,9 +47,10 @@ def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
 )
 @click.option(
     "--profile",
-    type=click.Choice(["tiny", "paper"]),
+    type=click.Choice(PROFILES),
     default=None,
-    help="Named profile under the config: 'tiny' (CPU, minutes) or 'paper' (GPU, 7B).",
+    help="Named profile under the config (resources/train/profiles): 'tiny' (CPU, minutes) or "
+    "'paper' (GPU, 7B).",
 )
 @click.option("--output-dir", default=None, help="Override output_dir.")
 @click.option("--steps", type=click.IntRange(1), default=None, help="Override steps.")

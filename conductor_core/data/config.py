@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from conductor_core.errors import ConfigError
+from conductor_core.configfiles import read_yaml_file
+from conductor_core.errors import ConfigError, format_validation_error
 
 EXAMPLE_NAME = "example"
 """``--config example`` means the bundled example config."""
@@ -36,7 +37,11 @@ class SourceSpec(BaseModel):
     benchmark: str | None = Field(default=None, description="A name known to load_benchmark.")
     file: str | None = Field(default=None, description="A Problem .jsonl or .parquet file.")
     path: str | None = Field(default=None, description="Local data for a benchmark (optional).")
-    split: str | None = None
+    split: str | None = Field(
+        default=None,
+        description="A benchmark's split; for a problem file, keep only problems whose "
+        "`metadata.split` equals it (a problem without one counts as `train`).",
+    )
     limit: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
     quota: int | None = Field(default=None, ge=0)
@@ -163,29 +168,36 @@ class CurationConfig(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
+def bundled_config_path(name: str) -> Path | None:
+    """The bundled curation config called ``name`` (``example``, ``pipeline``), or None."""
+    path = Path(__file__).resolve().parent.parent / "resources" / "curation" / f"{name}.yaml"
+    return path if name.replace("-", "_").isidentifier() and path.is_file() else None
+
+
 def example_config_path() -> Path:
     """The bundled example config (uses bundled fixture problem files)."""
-    return Path(__file__).resolve().parent.parent / "resources" / "curation" / "example.yaml"
+    path = bundled_config_path(EXAMPLE_NAME)
+    assert path is not None
+    return path
 
 
 def load_config(path: str | Path) -> CurationConfig:
-    """Load a curation config; ``"example"`` loads the bundled one (output ``./curated-example``).
+    """Load a curation config: a YAML file, or the name of a bundled one (``example``, whose
+    output goes to ``./curated-example``; ``pipeline``, the training pipeline's default data).
     Errors name the field."""
-    if str(path) == EXAMPLE_NAME:
-        config = load_config(example_config_path())
-        # never write into the installed package: the example's output goes to the current folder
-        return config.model_copy(update={"output_dir": str(Path(EXAMPLE_OUTPUT).resolve())})
+    bundled = bundled_config_path(str(path))
+    if bundled is not None and not Path(path).exists():
+        config = load_config(bundled)
+        # never write into the installed package: a bundled config's output goes to the current
+        # folder
+        out = EXAMPLE_OUTPUT if str(path) == EXAMPLE_NAME else f"curated-{path}"
+        return config.model_copy(update={"output_dir": str(Path(out).resolve())})
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(
-            f"curation config not found: {path} "
-            "(give a YAML file, or 'example' for the bundled one)"
-        )
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    config = parse_config(data, origin=str(path))
+    missing = (
+        f"curation config not found: {path} (give a YAML file, or the name of a bundled one: "
+        "'example', 'pipeline', 'paper-train', 'paper-recursion')"
+    )
+    config = parse_config(read_yaml_file(path, missing), origin=str(path))
     return resolve_paths(config, path.resolve().parent)
 
 
@@ -196,12 +208,7 @@ def parse_config(data: Any, origin: str = "curation config") -> CurationConfig:
     try:
         return CurationConfig.model_validate(data)
     except ValidationError as exc:
-        parts = []
-        for err in exc.errors():
-            loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-            msg = err["msg"].removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}")
-        raise ConfigError(f"{origin}: " + "; ".join(parts)) from exc
+        raise ConfigError(f"{origin}: {format_validation_error(exc)}") from exc
 
 
 def resolve_paths(config: CurationConfig, base: Path) -> CurationConfig:
@@ -210,7 +217,9 @@ def resolve_paths(config: CurationConfig, base: Path) -> CurationConfig:
     def fix(p: str | None) -> str | None:
         if p is None:
             return None
-        q = Path(p).expanduser()
+        from conductor_core.tasks.sources.local import expand_env
+
+        q = Path(expand_env(p)).expanduser()
         return str(q if q.is_absolute() else (base / q).resolve())
 
     def fix_source(s: SourceSpec) -> SourceSpec:

@@ -10,12 +10,14 @@ infrastructure has no rate and is removed with that reason. Kept problems carry
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from conductor_core.data.config import DifficultyConfig
 from conductor_core.data.records import Filtered, Removal
-from conductor_core.tasks.problem import Problem
+from conductor_core.tasks.problem import Problem, write_jsonl
 
 Grader = Callable[[Problem, str], Awaitable[bool]]
 """Async grader returning whether an answer is right."""
@@ -112,8 +114,8 @@ def difficulty_filter(
     progress: bool = True,
 ) -> Filtered:
     """Run the difficulty filter (synchronously). Without ``pool``, the pool YAML of the config is
-    loaded with its response cache enabled (at ``cache_path`` when set) and the problems form the
-    simulated workers' bank."""
+    loaded with its response cache enabled (at ``cache_path`` when set) and its simulated workers
+    know exactly these problems."""
     if not problems:
         return Filtered([], [])
     return asyncio.run(_run(list(problems), config, pool, grader, progress))
@@ -151,7 +153,6 @@ def _open_pool(problems: list[Problem], config: DifficultyConfig) -> object:
     from conductor_core.errors import ConfigError
     from conductor_core.workers.config import load_pool
     from conductor_core.workers.pool import WorkerPool
-    from conductor_core.workers.simulated import ProblemBank
 
     pool_config = load_pool(config.pool)
     bad = [w for w in config.workers if not 0 <= w < len(pool_config)]
@@ -164,7 +165,13 @@ def _open_pool(problems: list[Problem], config: DifficultyConfig) -> object:
     if config.cache_path:
         cache = cache.model_copy(update={"path": config.cache_path})
     pool_config = pool_config.model_copy(update={"cache": cache})
-    return WorkerPool(pool_config, bank=ProblemBank(problems))
+    if not any(w.provider == "simulated" for w in pool_config.workers):
+        return WorkerPool(pool_config)
+    # The simulated workers read the problems they know from a file, when the pool is built.
+    with tempfile.TemporaryDirectory(prefix="conductor-difficulty-") as tmp:
+        path = Path(tmp) / "problems.jsonl"
+        write_jsonl(problems, path)
+        return WorkerPool(pool_config.with_simulation_problems([path], replace=True))
 
 
 async def _close_pool(pool: object) -> None:

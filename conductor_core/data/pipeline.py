@@ -112,6 +112,7 @@ def curate(
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output_dir: {out} exists and is not a folder; choose another path")
 
+    config = _local_copies(config)
     problems = load_sources(config.sources)
     stats: dict[str, Any] = {"name": config.name, "loaded": counts(problems), "filters": {}}
     filters = stats["filters"]
@@ -171,6 +172,29 @@ def curate(
         stats_path=out / "stats.json",
         stats=stats,
         outcome=outcome,
+    )
+
+
+def _local_copies(config: CurationConfig) -> CurationConfig:
+    """Benchmark sources whose local ``path`` is missing load from the hub when it is reachable;
+    when it is not, one error names every missing source (see tasks.sources.local)."""
+    from conductor_core.tasks.sources.local import check_local_copies
+
+    specs = [*config.sources, *config.eval_benchmarks]
+    hub = check_local_copies(
+        [(s.name, s.path) for s in specs if s.benchmark is not None], what=config.name
+    )
+    if not hub:
+        return config
+
+    def fix(s):
+        return s.model_copy(update={"path": None}) if s.name in hub and s.benchmark else s
+
+    return config.model_copy(
+        update={
+            "sources": [fix(s) for s in config.sources],
+            "eval_benchmarks": [fix(s) for s in config.eval_benchmarks],
+        }
     )
 
 

@@ -31,6 +31,8 @@ def load_source(spec: SourceSpec) -> list[Problem]:
     """Load one source (benchmark or problem file) and tag each problem with the source name."""
     if spec.file is not None:
         problems = read_problems(spec.file)
+        if spec.split is not None:
+            problems = [p for p in problems if p.metadata.get("split", "train") == spec.split]
         if spec.limit is not None:
             problems = problems[: spec.limit]
     else:
@@ -137,7 +139,10 @@ def _near_duplicates(problems: list[Problem], config: DedupConfig) -> tuple[list
 
 
 def _contamination_text(p: Problem) -> str:
-    return p.question
+    # a loader's own instructions (e.g. "Return it in a single python code block") are shared by
+    # every problem of a benchmark: compare the benchmark's statement when the loader kept it
+    statement = p.metadata.get("statement")
+    return statement if isinstance(statement, str) and statement.strip() else p.question
 
 
 def decontaminate(

@@ -1,9 +1,14 @@
 """Methods that the runner evaluates: the Conductor and the paper's baselines.
 
-A method turns one problem into an :class:`Attempt`. Most baselines are plan sources (a fixed or
-random workflow) run through the same solve loop and executor as the Conductor, so they share
-budgets, traces and cost accounting; self-consistency, which votes over independent samples, is a
-small strategy object of its own.
+A method turns one problem into an :class:`Attempt`. Every method runs its plans through the solve
+loop, the one place a plan is executed: most baselines are plan sources (a fixed or random
+workflow) run like the Conductor, so they share budgets, traces and cost accounting;
+self-consistency solves the question several times with one worker and votes.
+
+Single workers and self-consistency ask the worker the bare question (``bare_question``), as a
+model is asked when it works alone: :class:`BareQuestionCaller` replaces the multi-agent worker
+message of their one-step plans with the question text. A Conductor's workflow steps (and every
+multi-step baseline) still receive the full worker message.
 """
 
 from __future__ import annotations
@@ -12,60 +17,33 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any, NamedTuple, Protocol
 
 from conductor_core.policy.base import PlanRequest, PlanResult, PlanSource
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
-from conductor_core.workflow.executor import WorkerCaller, execute
+from conductor_core.workers.config import WorkerConfig
+from conductor_core.workers.types import CallResult, Messages
+from conductor_core.workflow.executor import WorkerCaller
 from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
-from conductor_core.workflow.trace import SolveTrace
+from conductor_core.workflow.trace import SolveTrace, TraceSummary
 
 SOLVE = "Solve the question. Give your final answer in the format the question asks for."
 
 
-@dataclass
-class Attempt:
-    """One method's outcome on one problem (before grading)."""
+class Attempt(NamedTuple):
+    """One method's outcome on one problem, before grading: the summary, and the trace (a
+    :class:`SolveTrace` as JSON) when the method keeps one."""
 
-    answer: str | None
-    format_error: bool = False
-    format_error_code: str | None = None
-    infra_error: bool = False
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    plan_len: int | None = None
-    workers: list[int] = field(default_factory=list)
-    all_access_steps: int = 0
-    rounds: int = 0
-    raw_plan: str | None = None
+    summary: TraceSummary
     trace: dict[str, Any] | None = None
 
     @classmethod
     def from_solve(cls, trace: SolveTrace, keep_trace: bool = True) -> Attempt:
         """Summarise a solve-loop trace."""
-        first = trace.rounds[0] if trace.rounds else None
-        executed = [r.workflow for r in trace.rounds if r.workflow is not None]
-        steps = [s for wf in executed for s in wf.steps if s.skipped is None]
-        plan = first.workflow.plan if first and first.workflow else None
         return cls(
-            answer=trace.answer,
-            format_error=trace.format_error,
-            format_error_code=(first.plan_error or {}).get("code") if first else None,
-            infra_error=trace.infra_error,
-            calls=trace.calls,
-            input_tokens=trace.input_tokens,
-            output_tokens=trace.output_tokens,
-            cost=trace.cost,
-            plan_len=len(plan["model_id"]) if plan else None,
-            workers=[s.worker for s in steps],
-            all_access_steps=sum(1 for s in steps if s.access == [ALL]),
-            rounds=len(trace.rounds),
-            raw_plan=first.raw_plan if first else None,
-            trace=trace.model_dump(mode="json") if keep_trace else None,
+            TraceSummary.from_trace(trace), trace.model_dump(mode="json") if keep_trace else None
         )
 
 
@@ -83,8 +61,69 @@ class Method(Protocol):
         ...
 
 
+class BareQuestionCaller:
+    """A pool view for one question that asks a worker the bare question text.
+
+    The executor builds the multi-agent worker message (preamble, ``<question>`` block, subtask);
+    a single model working alone is asked the question itself. Only a message for a step that
+    reads nothing (no earlier steps, no previous answer) is replaced, so a step with context is
+    never stripped of it; the baselines that use this run one-step plans (single worker,
+    self-consistency samples). The trace's ``prompt_digest`` still names the message the executor
+    built.
+    """
+
+    def __init__(self, pool: WorkerCaller, question: str) -> None:
+        self.pool = pool
+        self.question = question
+
+    def _reads_nothing(self, messages: Messages) -> bool:
+        from conductor_core.workflow.prompts import worker_message
+
+        if len(messages) != 1:
+            return False
+        text = str(messages[0].get("content") or "")
+        mark = "Your assigned subtask:\n"
+        cut = text.rfind(mark)
+        return cut >= 0 and text == worker_message(self.question, [], text[cut + len(mark) :])
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def worker(self, worker_id: int) -> WorkerConfig:
+        return self.pool.worker(worker_id)
+
+    async def call(
+        self,
+        worker_id: int,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        deadline: float | None = None,
+        priority: float = 0.0,
+    ) -> CallResult:
+        if self._reads_nothing(messages):
+            messages = [{"role": "user", "content": self.question}]
+        return await self.pool.call(
+            worker_id,
+            messages,
+            sample_index=sample_index,
+            deadline=deadline,
+            priority=priority,
+        )
+
+
+OfferedFor = Callable[[Problem, int], Sequence[int]]
+"""``offered_for(problem, sample_index)``: the pool ids offered for one attempt."""
+
+
 class PlanSourceMethod:
-    """Any plan source (the Conductor or a plan-shaped baseline) run through the solve loop."""
+    """Any plan source (the Conductor or a plan-shaped baseline) run through the solve loop.
+
+    ``offered_for`` offers each attempt its own subset of workers (an adaptive-pool evaluation);
+    by default every attempt gets ``options.worker_ids``. ``bare_question`` sends workers the
+    bare question instead of the worker message (only for one-step plans: see
+    :class:`BareQuestionCaller`).
+    """
 
     def __init__(
         self,
@@ -92,11 +131,21 @@ class PlanSourceMethod:
         source: PlanSource,
         options: SolveOptions | None = None,
         keep_trace: bool = True,
+        offered_for: OfferedFor | None = None,
+        bare_question: bool = False,
     ) -> None:
         self.name = name
         self.source = source
         self.options = options or SolveOptions(answer_fallback=True)
         self.keep_trace = keep_trace
+        self.offered_for = offered_for
+        self.bare_question = bare_question
+
+    def options_for(self, problem: Problem, sample_index: int) -> SolveOptions:
+        """The solve options of one attempt."""
+        if self.offered_for is None:
+            return self.options
+        return replace(self.options, worker_ids=tuple(self.offered_for(problem, sample_index)))
 
     async def prefetch(self, items: Sequence[tuple[Problem, int]], pool_size: int) -> int:
         """Plan the first round of many (problem, sample index) pairs in one batch when the plan
@@ -108,12 +157,16 @@ class PlanSourceMethod:
             return 0
         if not isinstance(self.source, PrePlanned):
             self.source = PrePlanned(self.source)
-        requests = [plan_request(p.question, pool_size, self.options, k) for p, k in items]
+        requests = [
+            plan_request(p.question, pool_size, self.options_for(p, k), k) for p, k in items
+        ]
         return await self.source.prefetch(requests)
 
     async def attempt(self, problem: Problem, pool: WorkerCaller, sample_index: int) -> Attempt:
+        options = self.options_for(problem, sample_index)
+        caller = BareQuestionCaller(pool, problem.question) if self.bare_question else pool
         trace = await solve(
-            problem.question, self.source, pool, options=self.options, sample_index=sample_index
+            problem.question, self.source, caller, options=options, sample_index=sample_index
         )
         return Attempt.from_solve(trace, self.keep_trace)
 
@@ -238,45 +291,48 @@ class RandomPlanSource:
 
 
 class SelfConsistencyMethod:
-    """Baseline: ``n`` independent samples of one worker, majority vote over extracted answers."""
+    """Baseline: ``n`` independent samples of one worker, majority vote over extracted answers.
+    Each sample is asked the bare question unless ``bare_question`` is False."""
 
-    def __init__(self, worker: int, n: int = 5, name: str | None = None) -> None:
+    def __init__(
+        self, worker: int, n: int = 5, name: str | None = None, bare_question: bool = True
+    ) -> None:
         self.worker = worker
         self.n = n
         self.name = name or f"self-consistency w{worker} x{n}"
+        self.source = single_worker(worker)
+        self.bare_question = bare_question
 
     async def attempt(self, problem: Problem, pool: WorkerCaller, sample_index: int) -> Attempt:
         from conductor_core.evaluate.voting import vote_key
 
-        wf = Workflow(steps=(Step(worker=self.worker, subtask=SOLVE),))
+        caller = BareQuestionCaller(pool, problem.question) if self.bare_question else pool
         traces = await asyncio.gather(
             *(
-                execute(wf, problem.question, pool, sample_index=sample_index * self.n + k)
+                solve(problem.question, self.source, caller, sample_index=sample_index * self.n + k)
                 for k in range(self.n)
             )
         )
-        answers = [t.answer for t in traces if t.answer is not None]
-        attempt = Attempt(
-            answer=None,
+        summaries = [TraceSummary.from_trace(t) for t in traces]
+        answers = [t.answer for t in summaries if not t.infra_error and t.answer is not None]
+        summary = TraceSummary(
             infra_error=not answers,
-            calls=sum(t.calls for t in traces),
-            input_tokens=sum(t.input_tokens for t in traces),
-            output_tokens=sum(t.output_tokens for t in traces),
-            cost=sum(t.cost for t in traces),
+            calls=sum(t.calls for t in summaries),
+            input_tokens=sum(t.input_tokens for t in summaries),
+            output_tokens=sum(t.output_tokens for t in summaries),
+            cost=sum(t.cost for t in summaries),
             plan_len=self.n,
-            workers=[self.worker] * sum(t.calls for t in traces),
+            workers=[w for t in summaries for w in t.workers],
+            rounds=1,
         )
         if answers:
             keys = [vote_key(problem, a) for a in answers]
-            winner, _ = (
-                Counter(k for k in keys if k is not None).most_common(1)[0]
-                if any(k is not None for k in keys)
-                else (None, 0)
-            )
-            attempt.answer = next(
+            counted = Counter(k for k in keys if k is not None)
+            winner = counted.most_common(1)[0][0] if counted else None
+            summary.answer = next(
                 (a for a, k in zip(answers, keys, strict=True) if k == winner), answers[0]
             )
-        return attempt
+        return Attempt(summary)
 
     async def aclose(self) -> None:
         return None

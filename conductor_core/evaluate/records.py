@@ -6,56 +6,35 @@ line cut short by a kill is dropped on reopen, so nothing is duplicated or lost.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
+
+from conductor_core.outcome import Outcome
 
 RECORD_VERSION = 1
 
 
-class EvalRecord(BaseModel):
-    """The outcome of one method on one problem for one repeat."""
+class EvalRecord(Outcome):
+    """The outcome of one method on one problem for one repeat: the graded trace summary
+    (:class:`~conductor_core.outcome.Outcome`) plus where it came from."""
 
     version: int = RECORD_VERSION
     problem_id: str
     benchmark: str
-    domain: str
     method: str
     repeat: int
     sample_index: int
-    answer: str | None = None
-    correct: bool = False
-    reward: float | None = None
-    verdict_reason: str = ""
-    format_error: bool = False
-    format_error_code: str | None = None
-    infra_error: bool = False
     infra_attempts: int = Field(default=1, description="Attempts made (infra failures retried).")
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    wall_s: float = 0.0
-    plan_len: int | None = None
-    workers: list[int] = Field(default_factory=list, description="Pool worker id of each call.")
-    all_access_steps: int = 0
-    rounds: int = 0
-    raw_plan: str | None = None
     trace: dict[str, Any] | None = Field(default=None, description="SolveTrace, if kept.")
 
     @property
     def key(self) -> tuple[str, str, int]:
         """Identity of a record: (method, problem id, repeat)."""
         return (self.method, self.problem_id, self.repeat)
-
-    @property
-    def tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
 
 
 def read_records(path: str | Path, *, repair: bool = False) -> list[EvalRecord]:
@@ -113,21 +92,9 @@ class RecordWriter:
         self.close()
 
 
-def write_records(records: Iterable[EvalRecord], path: str | Path) -> None:
-    """Write records to a new file (used by aggregation outputs and tests)."""
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(r.model_dump_json() + "\n")
-
-
 def dedupe(records: Iterable[EvalRecord]) -> list[EvalRecord]:
     """Keep the last record of each key (a re-run of an infra failure replaces it)."""
     latest: dict[tuple[str, str, int], EvalRecord] = {}
     for r in records:
         latest[r.key] = r
     return list(latest.values())
-
-
-def to_json_lines(records: Iterable[EvalRecord]) -> str:
-    """Records as JSONL text (without traces), for small artifacts."""
-    return "".join(json.dumps(r.model_dump(exclude={"trace"})) + "\n" for r in records)

@@ -28,6 +28,47 @@ def accuracy_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _paper_method(method: str, names: dict[str, dict[str, float]]) -> str | None:
+    if method.startswith("conductor"):
+        return "Conductor"
+    if method.startswith("moa"):
+        return "MoA" if "MoA" in names else None
+    label = method.split(":", 1)[-1]
+    return label if label in names else None
+
+
+def paper_table(summary: Summary, setting: str) -> tuple[list[str], list[list[str]]]:
+    """The run's accuracy beside the paper's (``resources/eval/paper_reference.yaml``) for the
+    same setting: one row per (method, benchmark) the paper reports, with the difference in
+    points. ``average`` and ``in_domain_average`` are means over the run's benchmarks."""
+    from conductor_core.evaluate.presets import IN_DOMAIN, paper_reference
+
+    ref = paper_reference().get(setting, {})
+    header = ["method", "benchmark", "run", "paper", "difference"]
+    rows = []
+    for m in summary.methods:
+        paper_m = _paper_method(m, ref)
+        if paper_m is None:
+            continue
+        accs = {}
+        for b in summary.benchmarks:
+            try:
+                accs[b] = 100 * summary.get(m, b).accuracy
+            except KeyError:
+                continue
+        if accs:
+            accs["average"] = sum(accs.values()) / len(accs)
+        dom = [accs[b] for b in IN_DOMAIN if b in accs]
+        if dom:
+            accs["in_domain_average"] = sum(dom) / len(dom)
+        for b, paper in ref[paper_m].items():
+            run = accs.get(b)
+            cells = [m, b, "–" if run is None else f"{run:.2f}", f"{paper:.2f}"]
+            cells.append("–" if run is None else f"{run - paper:+.2f}")
+            rows.append(cells)
+    return header, rows
+
+
 def cost_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """Tokens, dollars and calls per question, plan shape and failure rates, per method."""
     header = [
@@ -92,7 +133,11 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(
-    summary: Summary, title: str = "Evaluation", worker_names=None, plots: list[str] | None = None
+    summary: Summary,
+    title: str = "Evaluation",
+    worker_names=None,
+    plots: list[str] | None = None,
+    paper_setting: str | None = None,
 ) -> str:
     """The whole report as Markdown."""
     parts = [
@@ -102,6 +147,16 @@ def render_markdown(
         "",
         _md(*accuracy_table(summary)),
         "",
+        *(
+            [
+                f"## Beside the paper ({paper_setting} setting)",
+                "",
+                _md(*paper_table(summary, paper_setting)),
+                "",
+            ]
+            if paper_setting
+            else []
+        ),
         "## Cost per question",
         "",
         _md(*cost_table(summary)),
@@ -117,7 +172,11 @@ def render_markdown(
 
 
 def render_html(
-    summary: Summary, title: str = "Evaluation", worker_names=None, plots: list[str] | None = None
+    summary: Summary,
+    title: str = "Evaluation",
+    worker_names=None,
+    plots: list[str] | None = None,
+    paper_setting: str | None = None,
 ) -> str:
     """The whole report as a self-contained HTML page (plots embedded as data URIs)."""
     import base64
@@ -133,11 +192,17 @@ def render_html(
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
         "td:first-child,th:first-child{text-align:left}img{max-width:48%;margin:4px}"
     )
+    paper = (
+        f"<h2>Beside the paper ({html.escape(paper_setting)} setting)</h2>"
+        f"{_html_table(*paper_table(summary, paper_setting))}"
+        if paper_setting
+        else ""
+    )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
         "<h2>Accuracy (%; mean ± standard error over repeats)</h2>"
-        f"{_html_table(*accuracy_table(summary))}<h2>Cost per question</h2>"
+        f"{_html_table(*accuracy_table(summary))}{paper}<h2>Cost per question</h2>"
         f"{_html_table(*cost_table(summary))}<h2>Worker usage (share of calls)</h2>"
         f"{_html_table(*usage_table(summary, worker_names))}{imgs}</body></html>"
     )
@@ -219,13 +284,20 @@ def write_report(
     *,
     title: str = "Evaluation",
     worker_names: list[str] | None = None,
+    paper_setting: str | None = None,
 ) -> dict[str, str]:
-    """Write report.md, report.html, summary.json and the plots into ``out_dir``."""
+    """Write report.md, report.html, summary.json and the plots into ``out_dir``; with
+    ``paper_setting`` (``unconstrained`` or ``constrained``) the reports show the paper's numbers
+    beside the run's."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(summary, out, worker_names)
-    (out / "report.md").write_text(render_markdown(summary, title, worker_names, plots))
-    (out / "report.html").write_text(render_html(summary, title, worker_names, plots))
+    (out / "report.md").write_text(
+        render_markdown(summary, title, worker_names, plots, paper_setting)
+    )
+    (out / "report.html").write_text(
+        render_html(summary, title, worker_names, plots, paper_setting)
+    )
     (out / "summary.json").write_text(summary.model_dump_json(indent=2))
     return {
         "markdown": str(out / "report.md"),

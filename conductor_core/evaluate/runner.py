@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conductor_core.evaluate.methods import Attempt, Method
 from conductor_core.evaluate.records import EvalRecord, RecordWriter, dedupe, read_records
+from conductor_core.outcome import grade
 from conductor_core.tasks.problem import Problem
 from conductor_core.workflow.executor import WorkerCaller
 
@@ -47,53 +48,27 @@ async def evaluate_one(
     method: Method, problem: Problem, repeat: int, pool: WorkerCaller, config: RunConfig
 ) -> EvalRecord:
     """Run and grade one attempt (retrying infrastructure failures)."""
-    from conductor_core.tasks.grading import agrade, reward
-
     sample = config.sample_index(repeat)
     t0 = time.perf_counter()
     attempt: Attempt | None = None
     tries = 0
     for tries in range(1, config.infra_retries + 2):  # noqa: B007 - tries is reported
         attempt = await method.attempt(problem, pool, sample)
-        if not attempt.infra_error:
+        if not attempt.summary.infra_error:
             break
     assert attempt is not None
-    record = EvalRecord(
+    outcome = await grade(problem, attempt.summary, timeout_s=config.grade_timeout_s)
+    return EvalRecord(
+        **outcome.model_dump(exclude={"wall_s"}),
+        wall_s=time.perf_counter() - t0,
         problem_id=problem.id,
         benchmark=problem.source,
-        domain=problem.domain.value,
         method=method.name,
         repeat=repeat,
         sample_index=sample,
-        answer=attempt.answer,
-        format_error=attempt.format_error,
-        format_error_code=attempt.format_error_code,
-        infra_error=attempt.infra_error,
         infra_attempts=tries,
-        calls=attempt.calls,
-        input_tokens=attempt.input_tokens,
-        output_tokens=attempt.output_tokens,
-        cost=attempt.cost,
-        plan_len=attempt.plan_len,
-        workers=attempt.workers,
-        all_access_steps=attempt.all_access_steps,
-        rounds=attempt.rounds,
-        raw_plan=attempt.raw_plan,
         trace=attempt.trace if config.keep_traces else None,
     )
-    if attempt.infra_error:
-        record.verdict_reason = "infrastructure failure"
-        record.reward = reward(plan_ok=True, verdict=None, infra_error=True)
-    elif attempt.format_error:
-        record.verdict_reason = f"format error: {attempt.format_error_code}"
-        record.reward = reward(plan_ok=False, verdict=None)
-    else:
-        verdict = await agrade(problem, attempt.answer, timeout_s=config.grade_timeout_s)
-        record.correct = verdict.correct
-        record.verdict_reason = verdict.reason
-        record.reward = reward(plan_ok=True, verdict=verdict)
-    record.wall_s = time.perf_counter() - t0
-    return record
 
 
 async def run_eval(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from conductor_core.errors import ConductorError
+import os
+from pathlib import Path
+
+from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.evaluate.methods import (
     Method,
     PlanSourceMethod,
@@ -23,7 +26,17 @@ moa[:L[:A]]       mixture-of-agents: every worker proposes (L layers, default 1)
 sc:W[:N]          self-consistency: N samples of worker W (default 5), majority vote
 reflect:W[:N]     self-reflection: worker W answers, then revises N times (default 4)
 random[:SEED]     random plans with the Conductor's plan-length distribution (sanity floor)
-frontier:W        pool worker W (an openai-provider worker) used as an untrained conductor"""
+frontier:W        pool worker W (an openai-provider worker) used as an untrained conductor
+smoothie          Smoothie (label-free): every worker answers, the answer whose embedding agrees
+                  most with the others (triplet estimate) is kept
+routerdc[:PATH]   RouterDC: a trained query router (fit_routerdc) sends the question to one worker
+masrouter[:PATH]  MASRouter: a trained controller (fit_masrouter) picks a collaboration mode, roles
+                  and workers
+Routers embed text with the sentence encoder given as `encoder` (default all-MiniLM-L6-v2, or
+$CONDUCTOR_ROUTER_ENCODER); a router folder defaults to $CONDUCTOR_ROUTER_DIR/<kind>."""
+
+ROUTER_DIR_ENV = "CONDUCTOR_ROUTER_DIR"
+"""Folder holding trained routers as ``routerdc/`` and ``masrouter/`` (when no PATH is given)."""
 
 
 def _ints(parts: list[str], spec: str) -> list[int]:
@@ -47,19 +60,31 @@ def build_baselines(
     *,
     options: SolveOptions | None = None,
     plan_lengths: dict[int, float] | None = None,
+    encoder: str | None = None,
+    router_dirs: dict[str, str | Path] | None = None,
 ) -> list[Method]:
-    """Methods for the given baseline specs (see :data:`BASELINE_HELP`)."""
+    """Methods for the given baseline specs (see :data:`BASELINE_HELP`).
+
+    ``encoder`` is the routers' sentence encoder (a model folder or name; default
+    all-MiniLM-L6-v2); ``router_dirs`` maps ``routerdc``/``masrouter`` to trained router folders
+    for specs without a PATH.
+    """
     opts = options or SolveOptions(answer_fallback=True)
     single_opts = SolveOptions(answer_fallback=True, budget=opts.budget)
     methods: list[Method] = []
     for spec in (s.strip() for s in specs if s.strip()):
-        kind, *rest = spec.split(":")
-        args = _ints(rest, spec)
+        kind, _, arg = spec.partition(":")
+        if kind in ("smoothie", "routerdc", "masrouter"):
+            methods.append(_router(kind, arg, spec, pool, opts, encoder, router_dirs))
+            continue
+        args = _ints(spec.split(":")[1:], spec)
         if kind == "single":
             ids = [_check_worker(args[0], pool, spec)] if args else range(len(pool))
             for w in ids:
                 name = f"single:{pool.workers[w].display_name}"
-                methods.append(PlanSourceMethod(name, single_worker(w), single_opts))
+                methods.append(
+                    PlanSourceMethod(name, single_worker(w), single_opts, bare_question=True)
+                )
         elif kind == "moa":
             layers = args[0] if args else 1
             agg = _check_worker(args[1] if len(args) > 1 else len(pool) - 1, pool, spec)
@@ -119,3 +144,77 @@ def _frontier(pool: PoolConfig, w: int, spec: str, opts: SolveOptions) -> Method
         temperature=worker.params.temperature,
     )
     return PlanSourceMethod(f"frontier-conductor:{worker.display_name}", source, opts)
+
+
+def _router_dir(kind: str, arg: str, spec: str, router_dirs: dict[str, str | Path] | None) -> Path:
+    if arg:
+        return Path(arg)
+    if router_dirs and kind in router_dirs:
+        return Path(router_dirs[kind])
+    root = os.environ.get(ROUTER_DIR_ENV)
+    if root:
+        return Path(root) / kind
+    raise ConductorError(
+        f"baseline '{spec}': give the trained router's folder ({kind}:PATH) or set "
+        f"${ROUTER_DIR_ENV}; train one with fit_{kind} on records of the 'single' baseline"
+    )
+
+
+def _router(
+    kind: str,
+    arg: str,
+    spec: str,
+    pool: PoolConfig,
+    opts: SolveOptions,
+    encoder: str | None,
+    router_dirs: dict[str, str | Path] | None,
+) -> Method:
+    """A router baseline (Smoothie, RouterDC or MASRouter); imports torch only when built."""
+    from conductor_core.evaluate.routers.base import RoutedPlanSource
+
+    if kind == "smoothie":
+        if arg:
+            raise ConductorError(f"baseline '{spec}': smoothie takes no argument")
+        from conductor_core.evaluate.routers.smoothie import SmoothieMethod
+
+        return SmoothieMethod(
+            range(len(pool)),
+            encoder,
+            options=SolveOptions(answer_fallback=True, budget=opts.budget),
+        )
+    path = _router_dir(kind, arg, spec, router_dirs)
+    try:
+        if kind == "routerdc":
+            from conductor_core.evaluate.routers.routerdc import RouterDC
+
+            router = RouterDC(path, encoder)
+        else:
+            from conductor_core.evaluate.routers.masrouter import MASRouter
+
+            router = MASRouter(path, encoder)
+    except (ConfigError, ValueError) as exc:
+        raise ConductorError(f"baseline '{spec}': {exc}") from exc
+    if len(router.worker_methods) != len(pool):
+        raise ConductorError(
+            f"baseline '{spec}': the router was trained for {len(router.worker_methods)} workers "
+            f"({', '.join(router.worker_methods)}), the pool has {len(pool)}"
+        )
+    name = f"{kind}[{router.encoder.name}]"
+    if kind == "routerdc":
+        from conductor_core.evaluate.methods import SOLVE
+        from conductor_core.workflow.model import Step, Workflow
+
+        def choose(question: str) -> Workflow:
+            return Workflow(steps=(Step(worker=router.route(question), subtask=SOLVE),))
+
+        return PlanSourceMethod(
+            name,
+            RoutedPlanSource(f"routerdc {path.name}", choose),
+            SolveOptions(max_steps=1, answer_fallback=True, budget=opts.budget),
+            bare_question=True,
+        )
+    return PlanSourceMethod(
+        name,
+        RoutedPlanSource(f"masrouter {path.name}", router.plan),
+        SolveOptions(max_steps=3, answer_fallback=True, budget=opts.budget),
+    )

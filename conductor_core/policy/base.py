@@ -6,11 +6,13 @@ A plan source returns the raw text and the parsed workflow (or the format error)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
 from conductor_core.workflow.errors import PlanFormatError
 from conductor_core.workflow.model import AccessMode, Workflow
+from conductor_core.workflow.parser import try_parse_plan
+from conductor_core.workflow.prompts import PromptStyle
 
 
 @dataclass(frozen=True)
@@ -23,10 +25,11 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class PreviousRound:
-    """A recursion round's view of the previous round: its plan text and final answer."""
+    """What a recursion round builds on: the previous plan as the Conductor wrote it (in the
+    offered numbering) and that plan's final answer (``None`` when it produced none)."""
 
     plan: str
-    answer: str
+    answer: str | None
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,15 @@ class PlanRequest:
     descriptors: bool = False
     previous: PreviousRound | None = None
     sample_index: int = 0
+    prompt_style: PromptStyle = PromptStyle.FULL
+
+
+def as_trained(request: PlanRequest, style: PromptStyle | None) -> PlanRequest:
+    """``request`` in the prompt style a model was trained with (unchanged when ``style`` is
+    None, i.e. unknown): a model-backed plan source always asks its model the way it learned."""
+    if style is None or request.prompt_style == style:
+        return request
+    return replace(request, prompt_style=style)
 
 
 @dataclass
@@ -58,6 +70,18 @@ class PlanResult:
     def ok(self) -> bool:
         """True when the plan parsed."""
         return self.workflow is not None
+
+
+def parse_result(request: PlanRequest, raw: str, **fields: Any) -> PlanResult:
+    """Parse ``raw`` for ``request`` (empty plans allowed in recursion rounds) into a PlanResult."""
+    workflow, error = try_parse_plan(
+        raw,
+        num_workers=len(request.workers),
+        max_steps=request.max_steps,
+        access_mode=request.access_mode,
+        allow_empty=request.previous is not None,
+    )
+    return PlanResult(raw=raw, workflow=workflow, error=error, **fields)
 
 
 @runtime_checkable

@@ -11,8 +11,10 @@ from conductor_core.policy.base import PlanSource
 ACCEPTED_FORMS = (
     "'scripted' (deterministic heuristic plans), 'tiny' (the built-in tiny local model), "
     "an http(s) URL of an OpenAI-compatible endpoint serving the Conductor, "
-    "or a local model directory written by save_pretrained"
+    "a local model directory written by save_pretrained, "
+    "or a registered or stored model (models:/NAME@ALIAS, runs:/..., s3://BUCKET/PREFIX)"
 )
+REMOTE_MODEL_PREFIXES = ("models:/", "runs:/", "s3://")
 
 
 def load_plan_source(
@@ -30,10 +32,13 @@ def load_plan_source(
       :class:`~conductor_core.policy.local.TransformersPlanSource`);
     * ``http://...`` or ``https://...``: :class:`~conductor_core.policy.openai_policy.
       OpenAIPlanSource`; ``model`` names the served model (None: the only one the server lists);
-    * an existing directory: a :class:`~conductor_core.policy.local.TransformersPlanSource`.
+    * an existing directory: a :class:`~conductor_core.policy.local.TransformersPlanSource`;
+    * ``models:/NAME@ALIAS`` (a registered model, e.g. what the training pipeline registered),
+      ``runs:/...`` or ``s3://...``: the model folder is downloaded
+      (:func:`~conductor_core.track.registry.load_model_dir`), then as a directory.
 
-    Anything else raises :class:`ConductorError` naming the accepted forms. No network or model
-    load happens here, except building the tiny model the first time ``"tiny"`` is asked for.
+    Anything else raises :class:`ConductorError` naming the accepted forms. No model is
+    loaded here; only ``"tiny"`` (built on first use) and the stored forms (downloaded) do work.
     """
     text = (spec or "").strip()
     lowered = text.lower()
@@ -50,6 +55,11 @@ def load_plan_source(
         from conductor_core.policy.openai_policy import OpenAIPlanSource
 
         return OpenAIPlanSource(text, model, api_key_env=api_key_env, **kw)
+    if lowered.startswith(REMOTE_MODEL_PREFIXES):
+        from conductor_core.policy.local import TransformersPlanSource
+        from conductor_core.track.registry import load_model_dir
+
+        return TransformersPlanSource(load_model_dir(text), **kw)
     if text:
         path = Path(text).expanduser()
         if path.is_dir():

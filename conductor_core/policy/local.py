@@ -1,8 +1,4 @@
-"""A Conductor run locally with transformers (the tiny model on a laptop, or any causal LM dir).
-
-Also home of :func:`plan_messages`, the chat messages every model-backed plan source sends for a
-:class:`PlanRequest` (first round: the Conductor prompt; later rounds: the recursion prompt).
-"""
+"""A Conductor run locally with transformers (the tiny model on a laptop, or any causal LM dir)."""
 
 from __future__ import annotations
 
@@ -15,31 +11,42 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError, require
-from conductor_core.policy.base import PlanRequest, PlanResult
+from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.workflow.prompts import (
+    PromptSpec,
+    PromptStyle,
+    load_prompt_spec,
+    plan_messages,
+)
+
+DEFAULT_MAX_PLAN_TOKENS = 1024
 
 
-def plan_messages(request: PlanRequest) -> list[dict[str, str]]:
-    """The chat messages that ask a Conductor for a plan for ``request`` (one user message).
-
-    The Conductor prompt for a first round; the recursion prompt when ``request.previous`` is set.
-    """
-    from conductor_core.workflow.prompts import prompt_from_request
-
-    return [{"role": "user", "content": prompt_from_request(request)}]
+def _saved_spec(model_dir: str | Path) -> PromptSpec | None:
+    try:
+        return load_prompt_spec(model_dir)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
-def parse_result(request: PlanRequest, raw: str, **fields: Any) -> PlanResult:
-    """Parse ``raw`` for ``request`` (empty plans allowed in recursion rounds) into a PlanResult."""
-    from conductor_core.workflow.parser import try_parse_plan
+def trained_style(model_dir: str | Path, given: PromptStyle | str | None) -> PromptStyle | None:
+    """The prompt style to ask the model in ``model_dir`` with: ``given``, else the one saved
+    with its weights, else None (unknown: each request's own style is used)."""
+    if given is not None:
+        return PromptStyle(given)
+    spec = _saved_spec(model_dir)
+    return spec.style if spec is not None else None
 
-    workflow, error = try_parse_plan(
-        raw,
-        num_workers=len(request.workers),
-        max_steps=request.max_steps,
-        access_mode=request.access_mode,
-        allow_empty=request.previous is not None,
-    )
-    return PlanResult(raw=raw, workflow=workflow, error=error, **fields)
+
+def trained_plan_tokens(model_dir: str | Path, given: int | None) -> int:
+    """The most tokens to generate for a plan: ``given``, else the plan length the model in
+    ``model_dir`` was trained with (saved with its weights), else 1024."""
+    if given is not None:
+        return given
+    spec = _saved_spec(model_dir)
+    if spec is not None and spec.max_plan_tokens:
+        return spec.max_plan_tokens
+    return DEFAULT_MAX_PLAN_TOKENS
 
 
 class TransformersPlanSource:
@@ -48,33 +55,38 @@ class TransformersPlanSource:
     Generation runs in a worker thread (``asyncio.to_thread``) under a lock, so concurrent
     ``plan`` calls queue rather than corrupt the model's state. With ``seed`` set, each call seeds
     torch with ``seed + sample_index`` (of the batch's first request in :meth:`plan_many`), so a
-    plan can be replayed. ``temperature`` 0 means greedy decoding.
+    plan can be replayed. ``temperature`` 0 means greedy decoding. The model is asked in the
+    prompt style it was trained with: ``prompt_style`` when given, else the one saved in the model
+    folder (:data:`~conductor_core.workflow.prompts.PROMPT_SPEC_FILE`), else the request's;
+    and ``max_new_tokens`` defaults to the plan length it was trained with (saved there too).
     """
 
     def __init__(
         self,
         model_dir: str | Path,
         *,
-        max_new_tokens: int = 1024,
+        max_new_tokens: int | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
         device: str = "cpu",
         dtype: str | None = None,
+        prompt_style: PromptStyle | str | None = None,
     ) -> None:
-        if max_new_tokens < 1:
+        if max_new_tokens is not None and max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {top_p}")
         self.model_dir = Path(model_dir).expanduser()
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = trained_plan_tokens(self.model_dir, max_new_tokens)
         self.temperature = temperature
         self.top_p = top_p
         self.seed = seed
         self.device = device
         self.dtype = dtype
+        self.prompt_style = trained_style(self.model_dir, prompt_style)
         self._model = None
         self._tokenizer = None
         self._lock = threading.Lock()
@@ -157,7 +169,9 @@ class TransformersPlanSource:
         if self._tokenizer is None:
             self.load()
         return self._tokenizer.apply_chat_template(
-            plan_messages(request), tokenize=False, add_generation_prompt=True
+            plan_messages(as_trained(request, self.prompt_style)),
+            tokenize=False,
+            add_generation_prompt=True,
         )
 
     def _generate(

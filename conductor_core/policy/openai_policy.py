@@ -9,7 +9,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from conductor_core.errors import ConductorError, ConfigError
-from conductor_core.policy.base import PlanRequest, PlanResult
+from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
 def normalize_base_url(url: str) -> str:
@@ -44,6 +45,13 @@ class OpenAIPlanSource:
     ``seed``, when set, is sent as ``seed + sample_index`` so repeated samples differ but replay.
     ``max_retries`` is the client's own retries on connection errors, 429 and 5xx.
     ``extra_body`` is merged into each request (for example vLLM's ``structured_outputs``).
+    ``prompt_style``: the style the served model was trained with (None: each request's own).
+    ``structured``: constrain decoding to the plan grammar
+    (:func:`~conductor_core.workflow.grammar.plan_regex` for each request's workers, steps,
+    access mode and round) by sending vLLM's ``"structured_outputs": {"regex": ...}``, so that
+    the served Conductor cannot write a malformed plan (only one cut short by ``max_tokens``); it
+    then writes the three lists without reasoning. ``max_subtask_chars`` bounds each subtask in
+    that grammar (None: unbounded). Servers without structured outputs ignore or reject it.
     Unreachable endpoints and HTTP errors raise :class:`ConductorError`; format errors are returned.
     """
 
@@ -60,6 +68,9 @@ class OpenAIPlanSource:
         max_retries: int = 2,
         seed: int | None = None,
         extra_body: dict[str, Any] | None = None,
+        prompt_style: PromptStyle | str | None = None,
+        structured: bool = False,
+        max_subtask_chars: int | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -75,6 +86,16 @@ class OpenAIPlanSource:
         self.max_retries = max_retries
         self.seed = seed
         self.extra_body = dict(extra_body or {})
+        if structured and "structured_outputs" in self.extra_body:
+            raise ConfigError(
+                "extra_body: structured_outputs is set there and structured=True would replace "
+                "it; drop one of the two"
+            )
+        if max_subtask_chars is not None and max_subtask_chars < 1:
+            raise ConfigError(f"max_subtask_chars must be at least 1, got {max_subtask_chars}")
+        self.structured = bool(structured)
+        self.max_subtask_chars = max_subtask_chars
+        self.prompt_style = PromptStyle(prompt_style) if prompt_style is not None else None
         self._client = None
         self._lock = asyncio.Lock()
 
@@ -109,11 +130,8 @@ class OpenAIPlanSource:
 
     async def plan(self, request: PlanRequest) -> PlanResult:
         """Ask the served Conductor for one plan and parse it."""
-        from conductor_core.policy.local import plan_messages
-        from conductor_core.workflow.parser import try_parse_plan
-
         model = await self.resolve_model()
-        messages = plan_messages(request)
+        messages = plan_messages(as_trained(request, self.prompt_style))
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": messages,
@@ -123,31 +141,40 @@ class OpenAIPlanSource:
         }
         if self.seed is not None:
             kwargs["seed"] = self.seed + request.sample_index
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        extra_body = dict(self.extra_body)
+        if self.structured:
+            extra_body["structured_outputs"] = {"regex": self.grammar(request)}
+        if extra_body:
+            kwargs["extra_body"] = extra_body
         start = time.perf_counter()
         response = await self._call(self._get_client().chat.completions.create, **kwargs)
         latency = time.perf_counter() - start
         if not response.choices:
             raise ConductorError(f"the Conductor at {self.base_url} returned no choices")
         choice = response.choices[0]
-        raw = choice.message.content or ""
-        workflow, error = try_parse_plan(
-            raw,
-            num_workers=len(request.workers),
-            max_steps=request.max_steps,
-            access_mode=request.access_mode,
-            allow_empty=request.previous is not None,
-        )
         usage = response.usage
-        return PlanResult(
-            raw=raw,
-            workflow=workflow,
-            error=error,
+        extra: dict[str, Any] = {"model": model, "finish_reason": choice.finish_reason}
+        if self.structured:
+            extra["structured"] = True
+        return parse_result(
+            request,
+            choice.message.content or "",
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             latency_s=latency,
-            extra={"model": model, "finish_reason": choice.finish_reason},
+            extra=extra,
+        )
+
+    def grammar(self, request: PlanRequest) -> str:
+        """The plan regex for ``request`` (what ``structured`` sends), parsed the same way."""
+        from conductor_core.workflow.grammar import plan_regex
+
+        return plan_regex(
+            len(request.workers),
+            request.max_steps,
+            request.access_mode,
+            allow_empty=request.previous is not None,
+            max_subtask_chars=self.max_subtask_chars,
         )
 
     async def _call(self, fn, /, **kwargs):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 
 from conductor_core.errors import ConfigError
-from conductor_core.policy.base import PlanRequest, PlanResult, WorkerInfo
+from conductor_core.policy.base import PlanRequest, PlanResult, WorkerInfo, parse_result
 from conductor_core.workflow.model import ALL, Step, Workflow
 
 DOMAINS: tuple[str, ...] = ("math", "mcq", "code", "freeform")
@@ -106,21 +106,11 @@ class ScriptedPlanSource:
 
     async def plan(self, request: PlanRequest) -> PlanResult:
         """Write the scripted plan for ``request`` and parse it with the real parser."""
-        from conductor_core.workflow.parser import try_parse_plan
-
         start = time.perf_counter()
         raw, extra = self.render(request)
-        workflow, error = try_parse_plan(
+        return parse_result(
+            request,
             raw,
-            num_workers=len(request.workers),
-            max_steps=request.max_steps,
-            access_mode=request.access_mode,
-            allow_empty=request.previous is not None,
-        )
-        return PlanResult(
-            raw=raw,
-            workflow=workflow,
-            error=error,
             latency_s=time.perf_counter() - start,
             extra=extra,
         )

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import require
-from conductor_core.policy.base import PlanRequest, PlanResult
-from conductor_core.policy.local import parse_result, plan_messages
+from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.policy.local import trained_plan_tokens, trained_style
+from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
 class VLLMBatchPlanSource:
@@ -25,7 +26,7 @@ class VLLMBatchPlanSource:
     ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size``,
     ``gpu_memory_utilization``, ``max_model_len``, ``dtype``). Sampling uses ``temperature``,
     ``top_p``, ``max_tokens`` and a per-request seed ``seed + sample_index`` so that repeats are
-    reproducible.
+    reproducible. The model is asked in ``prompt_style``, else the style saved with its weights.
     """
 
     def __init__(
@@ -34,14 +35,16 @@ class VLLMBatchPlanSource:
         *,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_tokens: int = 1024,
+        max_tokens: int | None = None,
         seed: int = 0,
+        prompt_style: PromptStyle | str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         self.model = str(model)
+        self.prompt_style = trained_style(model, prompt_style)
         self.temperature = temperature
         self.top_p = top_p
-        self.max_tokens = max_tokens
+        self.max_tokens = trained_plan_tokens(model, max_tokens)
         self.seed = seed
         self.engine_kwargs = engine_kwargs
         self._llm = None
@@ -49,7 +52,7 @@ class VLLMBatchPlanSource:
     def engine(self):
         """The vLLM engine (built on first use)."""
         if self._llm is None:
-            vllm = require("vllm", extra="gpu", purpose="vLLM offline batch planning (GPU only)")
+            vllm = require("vllm", extra="vllm", purpose="vLLM offline batch planning (GPU only)")
             self._llm = vllm.LLM(model=self.model, seed=self.seed, **self.engine_kwargs)
         return self._llm
 
@@ -71,7 +74,7 @@ class VLLMBatchPlanSource:
         llm = self.engine()
         t0 = time.perf_counter()
         outputs = llm.chat(
-            [plan_messages(r) for r in requests],
+            [plan_messages(as_trained(r, self.prompt_style)) for r in requests],
             [self.sampling_params(r) for r in requests],
             use_tqdm=True,
         )

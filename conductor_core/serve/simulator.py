@@ -1,10 +1,14 @@
 """An OpenAI-compatible HTTP server in front of simulated workers.
 
-Each simulated worker of a pool is served as one model (id = ``worker.model``):
+Each simulated worker of a pool is served as one model (id = ``worker.model``), answering from
+the problems its ``simulation.problems`` names:
 ``GET /v1/models``, ``POST /v1/chat/completions`` (``n`` choices, usage, the OpenAI response
 schema) and ``GET /health``. Injected failures travel over real HTTP: a rate limit is a 429 with
 ``Retry-After``, a server error a 500, a timeout a request that hangs for ``hang_s`` seconds (so
 the client's timeout fires), a malformed reply a 200 whose body is not a chat completion.
+
+Requests are validated by the models of :mod:`conductor_core.serve.protocol` (shared with the
+gateway); an invalid one gets a 400 in the OpenAI error format naming the field.
 
 Over HTTP a request carries no sample index; ``sample_index`` (an extension field) or ``seed`` in
 the request body picks it, else 0. Choice ``i`` of a request uses ``sample_index + i``.
@@ -22,15 +26,25 @@ import contextlib
 import socket
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_core.errors import ConfigError, require
+from conductor_core.serve.protocol import (
+    AssistantMessage,
+    ChatCompletionChoice,
+    ChatCompletionResponse,
+    ModelCard,
+    ModelList,
+    RequestError,
+    UsageInfo,
+    error_body,
+    parse_chat_request,
+)
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workers.simulated import ProblemBank, SimulatedProvider
+from conductor_core.workers.simulated import SimulatedProvider, known_problems
 from conductor_core.workers.types import Messages
 
 __all__ = [
@@ -94,7 +108,7 @@ def _normalise_script(script: list[str] | None) -> deque[str]:
     return out
 
 
-def _build_providers(pool: PoolConfig, bank: ProblemBank) -> dict[str, SimulatedProvider]:
+def _build_providers(pool: PoolConfig) -> dict[str, SimulatedProvider]:
     providers: dict[str, SimulatedProvider] = {}
     for i, worker in enumerate(pool.workers):
         if worker.provider != "simulated":
@@ -104,7 +118,7 @@ def _build_providers(pool: PoolConfig, bank: ProblemBank) -> dict[str, Simulated
                 f"workers.{i}.model: {worker.model!r} is used by two simulated workers; "
                 "give each simulated worker a distinct model name"
             )
-        providers[worker.model] = SimulatedProvider(worker, bank)
+        providers[worker.model] = SimulatedProvider(worker)
     if not providers:
         raise ConfigError(
             "workers: the pool has no worker with provider 'simulated'; the simulator serves "
@@ -113,57 +127,19 @@ def _build_providers(pool: PoolConfig, bank: ProblemBank) -> dict[str, Simulated
     return providers
 
 
-def _error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None):
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def _flatten_content(content: Any) -> str | None:
-    """Message content as text: a string, or the text parts of a content-part list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "".join(str(p) for p in parts)
-    return None
-
-
-def _read_messages(raw: Any) -> Messages | str:
-    """Validated messages, or an error message naming the bad field."""
-    if not isinstance(raw, list) or not raw:
-        return "messages: must be a non-empty list of {role, content} objects"
-    out: Messages = []
-    for i, msg in enumerate(raw):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            return f"messages.{i}: must be an object with a string 'role'"
-        text = _flatten_content(msg.get("content"))
-        if text is None:
-            return f"messages.{i}.content: must be a string or a list of text parts"
-        out.append({"role": msg["role"], "content": text})
-    return out
-
-
-def _int_field(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int | str:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        return f"{name}: must be an integer between {low} and {high}"
-    return value
-
-
 def create_app(
     pool: PoolConfig,
-    bank: ProblemBank,
     *,
     failure_script: list[str] | None = None,
     hang_s: float = 30.0,
     retry_after_s: float = 0.05,
 ):
-    """Build the FastAPI app serving the simulated workers of ``pool`` against ``bank``.
+    """Build the FastAPI app serving the simulated workers of ``pool``.
 
     Args:
-        pool: the pool; each ``simulated`` worker becomes a model named ``worker.model``.
-        bank: the problems the workers know.
+        pool: the pool; each ``simulated`` worker becomes a model named ``worker.model`` and
+            knows the problems of its ``simulation.problems`` (see
+            :meth:`PoolConfig.with_simulation_problems`).
         failure_script: forced outcomes of the first requests, in order (see module doc).
         hang_s: how long a ``timeout`` outcome hangs before answering 504.
         retry_after_s: the ``Retry-After`` sent with a 429.
@@ -175,37 +151,37 @@ def create_app(
     JSONResponse = responses.JSONResponse
     Response = responses.Response
 
-    state = SimulatorState(providers=_build_providers(pool, bank))
+    state = SimulatorState(providers=_build_providers(pool))
+    known = known_problems(pool)
+    n_problems = len(known) if known is not None else 0
     state.set_script(failure_script)
     app = fastapi.FastAPI(title="Conductor worker simulator", version="1")
     app.state.simulator = state
     created = int(time.time())
 
     def error(status: int, message: str, type_: str, **kw: Any):
-        return JSONResponse(status_code=status, content=_error_body(message, type_, **kw))
+        return JSONResponse(status_code=status, content=error_body(message, type_, **kw))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": list(state.providers), "problems": len(bank)}
+        return {"status": "ok", "models": list(state.providers), "problems": n_problems}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "conductor-simulator"}
+        cards = [
+            ModelCard(id=m, created=created, owned_by="conductor-simulator")
             for m in state.providers
         ]
-        return {"object": "list", "data": data}
+        return ModelList(data=cards).to_json()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: fastapi.Request):
         try:
-            body = await request.json()
-        except ValueError:
-            return error(400, "request body is not valid JSON", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error(400, "request body must be a JSON object", "invalid_request_error")
-        model = body.get("model")
-        provider = state.providers.get(model) if isinstance(model, str) else None
+            body = parse_chat_request(await request.body())
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
+        model = body.model
+        provider = state.providers.get(model) if model is not None else None
         if provider is None:
             known = ", ".join(state.providers)
             return error(
@@ -215,30 +191,22 @@ def create_app(
                 param="model",
                 code="model_not_found",
             )
-        if body.get("stream"):
+        if body.stream:
             return error(
                 400,
                 "stream: streaming is not supported by the simulator; omit 'stream'",
                 "invalid_request_error",
                 param="stream",
             )
-        messages = _read_messages(body.get("messages"))
-        if isinstance(messages, str):
-            return error(400, messages, "invalid_request_error", param="messages")
-        n = _int_field(body, "n", 1, 1, 128)
-        sample_name = "sample_index" if "sample_index" in body else "seed"
-        sample = _int_field(body, sample_name, 0, 0, 2**62)
-        tokens_name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
-        max_tokens = _int_field(body, tokens_name, 0, 1, 2**31)
-        if isinstance(n, str) or isinstance(sample, str) or isinstance(max_tokens, str):
-            problem = next(v for v in (n, sample, max_tokens) if isinstance(v, str))
-            return error(400, problem, "invalid_request_error")
+        messages: Messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        sample = body.sample
+        max_tokens = body.token_limit or 0
 
         outcome = state.next_outcome(provider, messages, sample)
         if outcome == "rate_limit":
             return JSONResponse(
                 status_code=429,
-                content=_error_body(
+                content=error_body(
                     f"rate limit reached for {model}; retry after {retry_after_s:g}s",
                     "rate_limit_error",
                     code="rate_limit_exceeded",
@@ -257,7 +225,7 @@ def create_app(
             return Response(content=MALFORMED_BODY, media_type="application/json")
 
         completions = await asyncio.gather(
-            *(provider.answer(messages, sample_index=sample + i) for i in range(n))
+            *(provider.answer(messages, sample_index=sample + i) for i in range(body.n))
         )
         choices = []
         completion_tokens = 0
@@ -266,26 +234,18 @@ def create_app(
             capped = bool(max_tokens) and tokens > max_tokens
             completion_tokens += min(tokens, max_tokens) if capped else tokens
             choices.append(
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": comp.text},
-                    "finish_reason": "length" if capped else "stop",
-                    "logprobs": None,
-                }
+                ChatCompletionChoice(
+                    index=i,
+                    message=AssistantMessage(content=comp.text),
+                    finish_reason="length" if capped else "stop",
+                )
             )
-        prompt_tokens = completions[0].usage.input_tokens
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        response = ChatCompletionResponse(
+            model=model,
+            choices=choices,
+            usage=UsageInfo.of(completions[0].usage.input_tokens, completion_tokens),
+        )
+        return response.to_json()
 
     return app
 
@@ -301,23 +261,30 @@ async def _hang(request: Any, seconds: float) -> None:
 
 def serve(
     pool: PoolConfig,
-    bank: ProblemBank,
     host: str = "127.0.0.1",
     port: int = 8100,
     **app_kwargs: Any,
 ) -> None:
     """Run the simulator with uvicorn until interrupted (``app_kwargs`` go to create_app)."""
     uvicorn = require("uvicorn", extra="serve", purpose="the worker simulator server")
-    uvicorn.run(create_app(pool, bank, **app_kwargs), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(pool, **app_kwargs), host=host, port=port, log_level="info")
 
 
 @contextlib.contextmanager
 def running_app(
-    app: Any, *, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 15.0
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout_s: float = 15.0,
+    lifespan: str = "off",
+    graceful_shutdown_s: float = 1.0,
 ) -> Iterator[str]:
     """Run an ASGI ``app`` with uvicorn in a background thread; yields ``http://HOST:PORT/v1``.
 
-    ``port=0`` picks a free port. The server stops when the block exits.
+    ``port=0`` picks a free port. ``lifespan="on"`` runs the app's startup and shutdown (the
+    gateway needs it); ``graceful_shutdown_s`` is how long in-flight requests may finish when the
+    block exits, after which the server stops.
     """
     uvicorn = require("uvicorn", extra="serve", purpose="the worker simulator server")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -325,7 +292,11 @@ def running_app(
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False
+        app,
+        log_level="warning",
+        lifespan=lifespan,
+        timeout_graceful_shutdown=graceful_shutdown_s,
+        access_log=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -344,14 +315,13 @@ def running_app(
         yield f"http://{host}:{bound_port}/v1"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=10 + graceful_shutdown_s)
         sock.close()
 
 
 @contextlib.contextmanager
 def running_simulator(
     pool: PoolConfig,
-    bank: ProblemBank,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -361,8 +331,8 @@ def running_simulator(
 
     ``app_kwargs`` go to :func:`create_app`. Example::
 
-        with running_simulator(load_pool(bundled_pool_path()), ProblemBank.bundled()) as url:
+        with running_simulator(load_pool(bundled_pool_path())) as url:
             ...  # point provider 'openai' workers at ``url``
     """
-    with running_app(create_app(pool, bank, **app_kwargs), host=host, port=port) as url:
+    with running_app(create_app(pool, **app_kwargs), host=host, port=port) as url:
         yield url

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from conductor_core.errors import ConfigError
 from conductor_core.track.mlflow_run import configure, reopen_run, start_run
@@ -26,12 +27,16 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-. ]*$")
 _ALIAS = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
-def _check_names(name: str, alias: str) -> None:
+def _check_name(name: str) -> None:
     if not _NAME.match(name):
         raise ConfigError(
             f"model name {name!r}: use letters, digits, '_', '-', '.' or spaces "
             "(no '/', ':' or '@')"
         )
+
+
+def _check_names(name: str, alias: str) -> None:
+    _check_name(name)
     if not _ALIAS.match(alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
         raise ConfigError(
             f"alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>' "
@@ -76,27 +81,26 @@ def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     return info.model_uri, str(version)
 
 
-def log_and_register_model(
+def register_version(
     model_dir: str | Path,
     name: str,
-    alias: str = "champion",
     *,
     run_id: str | None = None,
     uri: str | None = None,
 ) -> str:
-    """Log ``model_dir``, register it as a new version of ``name`` and set ``alias`` on it.
+    """Log ``model_dir`` and register it as a new version of ``name``; returns the version.
 
     The model is logged into run ``run_id`` (re-opened if it was ended), else into the active
     run, else into a run of the ``conductor-models`` experiment (an ``MLFLOW_RUN_ID`` from the
     environment is reused). ``uri`` is the tracking URI (default
-    :func:`~conductor_core.track.mlflow_run.tracking_uri`). Returns ``models:/<name>@<alias>``.
+    :func:`~conductor_core.track.mlflow_run.tracking_uri`). No alias moves.
     """
     folder = Path(model_dir).expanduser()
     if not (folder / "config.json").is_file():
         raise ConfigError(
             f"model_dir: {folder} has no config.json; pass a folder written by save_pretrained"
         )
-    _check_names(name, alias)
+    _check_name(name)
     mlflow = configure(uri)
     active = mlflow.active_run()
     if run_id is not None and (active is None or active.info.run_id != run_id):
@@ -107,8 +111,94 @@ def log_and_register_model(
     else:
         with start_run(DEFAULT_EXPERIMENT, run_name=f"register {name}", uri=uri):
             _, version = _log(folder, name, uri)
-    mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
+    return version
+
+
+def log_and_register_model(
+    model_dir: str | Path,
+    name: str,
+    alias: str = "champion",
+    *,
+    run_id: str | None = None,
+    uri: str | None = None,
+) -> str:
+    """Log ``model_dir``, register it as a new version of ``name`` and set ``alias`` on it
+    (see :func:`register_version` for where it is logged). Returns ``models:/<name>@<alias>``."""
+    _check_names(name, alias)
+    version = register_version(model_dir, name, run_id=run_id, uri=uri)
+    configure(uri).MlflowClient().set_registered_model_alias(name, alias, version)
     return f"models:/{name}@{alias}"
+
+
+def score_tag(metric: str) -> str:
+    """The model-version tag holding a version's score on ``metric`` (set when registered)."""
+    return f"conductor.{metric}"
+
+
+def promote_if_better(
+    model_dir: str | Path,
+    name: str,
+    alias: str = "champion",
+    *,
+    metric: str,
+    score: float,
+    higher_is_better: bool = True,
+    run_id: str | None = None,
+    uri: str | None = None,
+) -> dict[str, Any]:
+    """Register ``model_dir`` as a new version (tagged with its ``score``) and move ``alias`` to
+    it only when it beats the version the alias points at now (whose score is its tag; a
+    champion without a score, or no champion, is beaten by any score).
+
+    Returns ``{"promoted", "version", "score", "champion_version", "champion_score",
+    "reason"}``; ``reason`` is one line saying what happened and why.
+    """
+    _check_names(name, alias)
+    mlflow = configure(uri)
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    try:
+        current = client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        current = None
+    champion_score = None
+    if current is not None and score_tag(metric) in (current.tags or {}):
+        champion_score = float(current.tags[score_tag(metric)])
+    version = register_version(model_dir, name, run_id=run_id, uri=uri)
+    client.set_model_version_tag(name, version, score_tag(metric), repr(float(score)))
+    if champion_score is None:
+        better = True
+    else:
+        better = score > champion_score if higher_is_better else score < champion_score
+    target = f"models:/{name}@{alias}"
+    if better:
+        client.set_registered_model_alias(name, alias, version)
+        if current is None:
+            reason = f"registered {name} version {version} ({metric} {score:.4f}) as {target}"
+        elif champion_score is None:
+            reason = (
+                f"promoted {name} version {version} ({metric} {score:.4f}) to {target}: the "
+                f"champion (version {current.version}) has no recorded {metric}"
+            )
+        else:
+            reason = (
+                f"promoted {name} version {version} to {target}: {metric} {score:.4f} beats the "
+                f"champion's (version {current.version}) {champion_score:.4f}"
+            )
+    else:
+        reason = (
+            f"kept {target} on version {current.version}: the new version {version} "
+            f"({metric} {score:.4f}) does not beat its {champion_score:.4f}"
+        )
+    return {
+        "promoted": better,
+        "version": version,
+        "score": float(score),
+        "champion_version": str(current.version) if current is not None else None,
+        "champion_score": champion_score,
+        "reason": reason,
+    }
 
 
 def _find_model_folder(root: Path) -> Path:

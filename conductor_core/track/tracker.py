@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -109,23 +108,20 @@ class RunTracker:
         mlflow_run.log_artifacts(path, artifact_path)
 
     def log_model(
-        self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
+        self, model_dir: str | Path, *, registered_name: str | None, alias: str
     ) -> str | None:
-        """Save ``model``/``tokenizer`` and log them; register with ``alias`` when named.
+        """Log the saved model folder as it is (weights, tokenizer and the prompt spec the model
+        was trained with); register it with ``alias`` when named.
 
         Returns ``models:/name@alias`` when registered, else None (the folder is then logged as
         the run artifact ``model``).
         """
-        with tempfile.TemporaryDirectory(prefix="conductor-model-") as tmp:
-            model.save_pretrained(tmp)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(tmp)
-            if registered_name:
-                return log_and_register_model(
-                    tmp, registered_name, alias, run_id=self.run_id, uri=self.uri
-                )
-            mlflow_run.log_artifacts(tmp, "model")
-            return None
+        if registered_name:
+            return log_and_register_model(
+                model_dir, registered_name, alias, run_id=self.run_id, uri=self.uri
+            )
+        mlflow_run.log_artifacts(model_dir, "model")
+        return None
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run ``FINISHED``; any other status ends it ``FAILED``."""

@@ -1,23 +1,49 @@
 """Typed configuration of the GRPO training stages (YAML in and out) and the named profiles.
 
 Precedence, lowest first: the class defaults (the paper's numbers), the profile (``paper`` or
-``tiny``), the YAML file, then command-line overrides. Every error names the field and the fix.
+``tiny``: ``conductor_core/resources/train/profiles/<name>.yaml``), the YAML file, then
+command-line overrides. Every field has a description; every error names the field and the fix.
 """
 
 from __future__ import annotations
 
-import copy
+import functools
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from conductor_core.errors import ConfigError
+from conductor_core.configfiles import deep_merge, read_yaml_file
+from conductor_core.errors import ConfigError, format_validation_error
 
 Stage = Literal["base", "adaptive", "recursive"]
 STAGES: tuple[str, ...] = ("base", "adaptive", "recursive")
-PROFILES: tuple[str, ...] = ("paper", "tiny")
+
+
+def _profiles_dir() -> Traversable:
+    return resources.files("conductor_core.resources") / "train" / "profiles"
+
+
+def profile_names() -> tuple[str, ...]:
+    """The named profiles: one per ``*.yaml`` file in ``resources/train/profiles``, sorted."""
+    return tuple(
+        sorted(
+            f.name[: -len(".yaml")] for f in _profiles_dir().iterdir() if f.name.endswith(".yaml")
+        )
+    )
+
+
+PROFILES: tuple[str, ...] = profile_names()
 
 LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
 """``dapo`` is TRL's default; ``grpo`` is the paper's loss (group-normalised advantages,
@@ -31,103 +57,266 @@ class _Strict(BaseModel):
 class TinyModelSpec(_Strict):
     """Shape of a random tiny Qwen2 Conductor built locally (no downloads)."""
 
-    hidden: int = Field(default=128, ge=32)
-    layers: int = Field(default=2, ge=1)
-    heads: int = Field(default=4, ge=1)
-    kv_heads: int = Field(default=2, ge=1)
-    vocab: int = Field(default=1024, ge=260)
-    seed: int = 0
+    hidden: int = Field(
+        default=128,
+        ge=32,
+        description="Hidden size (embedding width). Must be a multiple of `heads` with a head size "
+        "(hidden / heads) of at least 32.",
+    )
+    layers: int = Field(
+        default=2, ge=1, description="Transformer layers; each one makes a CPU step slower."
+    )
+    heads: int = Field(default=4, ge=1, description="Attention heads; must divide `hidden`.")
+    kv_heads: int = Field(
+        default=2,
+        ge=1,
+        description="Key/value heads (grouped-query attention); must divide `heads`.",
+    )
+    vocab: int = Field(
+        default=1024,
+        ge=260,
+        description="Vocabulary size of the byte-level BPE tokenizer trained for the model on "
+        "Conductor prompts and plans; at least 260 (256 bytes plus the special tokens).",
+    )
+    seed: int = Field(
+        default=0,
+        description="Seed of the random initial weights (the stage's `seed` drives the rest).",
+    )
 
 
 class ModelSpec(_Strict):
-    """Where the Conductor's initial weights come from.
+    """Where the Conductor's initial weights come from (unless ``init_from`` is set)."""
 
-    ``path`` is a local model directory (``save_pretrained`` layout), a Hugging Face model id, or
-    ``tiny`` to build a random tiny Qwen2 (shape in ``tiny``). Adaptive and recursive stages
-    normally start from the previous stage's output via :attr:`StageConfig.init_from` instead.
-    """
-
-    path: str = "Qwen/Qwen2.5-7B"
-    tiny: TinyModelSpec = Field(default_factory=TinyModelSpec)
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    path: str = Field(
+        default="Qwen/Qwen2.5-7B",
+        description="A local model directory (`save_pretrained` layout), a Hugging Face model id "
+        "(the paper: `Qwen/Qwen2.5-7B`), or `tiny` for a random tiny Qwen2 built locally with the "
+        "shape in `tiny`. Ignored when `init_from` is set.",
+    )
+    tiny: TinyModelSpec = Field(
+        default_factory=TinyModelSpec,
+        description="Shape of the random model built when `path` is `tiny`.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="Weight dtype when loading. `null` loads float32 (use it on CPU); `bfloat16` "
+        "on a GPU halves the memory and turns on bf16 mixed-precision training (paper profile).",
+    )
 
 
 class DataSpec(_Strict):
-    """Training problems, the worker pool and the Conductor prompt.
+    """Training problems, the worker pool and the Conductor prompt."""
 
-    ``problems`` and ``pool`` accept a path or ``bundled`` (the bundled training set and its
-    simulated pool in ``conductor_core/resources/train``). ``bank`` is the problem bank handed to
-    simulated workers (default: the training problems themselves). ``split`` keeps only problems
-    whose ``metadata.split`` matches (``null`` keeps all).
-    """
-
-    problems: str = "bundled"
-    pool: str = "bundled"
-    bank: str | None = None
-    split: str | None = "train"
-    max_problems: int | None = Field(default=None, ge=1)
+    problems: str = Field(
+        default="bundled",
+        description="Training problems: a JSONL or Parquet file of Problems, or `bundled` for the "
+        "bundled synthetic set (math, multiple choice, free-form; "
+        "`conductor_core/resources/train/problems.jsonl`).",
+    )
+    pool: str = Field(
+        default="bundled",
+        description="Pool YAML of the workers that execute the plans, or `bundled` for the "
+        "simulated pool that goes with the bundled problems.",
+    )
+    allow_simulated_pool: bool = Field(
+        default=False,
+        description="The paper profile refuses to train a real model (`model.path` not `tiny`) "
+        "on a pool with simulated workers, which would waste GPU hours learning a toy routing; "
+        "`true` allows it on purpose (e.g. a smoke test of the GPU path).",
+    )
+    bank: str | None = Field(
+        default=None,
+        description="Problems file whose questions the pool's simulated workers know (it "
+        "replaces their `simulation.problems`). `null`: the training problems file.",
+    )
+    split: str | None = Field(
+        default="train",
+        description="Train only on problems whose `metadata.split` equals this (a problem without "
+        "one counts as `train`), keeping the `test` split for evaluation. `null` uses them all.",
+    )
+    max_problems: int | None = Field(
+        default=None,
+        ge=1,
+        description="Use only the first N problems of the split (quick runs); `null` uses all.",
+    )
     worker_profile: str | None = Field(
         default="constrained",
-        description="Generation profile of each worker used during training (if it has one).",
+        description="Generation profile (from each worker's `profiles` in the pool YAML) that the "
+        "workers use during training, e.g. a cheaper one; workers without it keep their own "
+        "settings. `null` uses every worker's own settings.",
     )
     prompt_style: Literal["full", "compact"] = Field(
         default="full",
         description="'full': the Conductor prompt with worked examples (paper); 'compact': a "
         "short prompt (question, model list, one-line format) for tiny models.",
     )
-    max_steps: int = Field(default=5, ge=1, le=20, description="Most steps a plan may have.")
-    access_mode: Literal["binary", "index"] = "binary"
+    max_steps: int = Field(
+        default=5,
+        ge=1,
+        le=20,
+        description="Most steps a plan may have (1-20): stated in the prompt, and a longer plan is "
+        "a format error (reward 0). The paper uses 5.",
+    )
+    access_mode: Literal["binary", "index"] = Field(
+        default="binary",
+        description="How a plan writes each step's access list: `binary` (all earlier outputs or "
+        "none) or `index` (the numbers of the earlier steps it may read). Selects the prompt's "
+        "format and examples and how plans are parsed.",
+    )
 
 
 class RewardSpec(_Strict):
     """How a plan is scored: executed on the pool, last step graded, 0 / 0.5 / 1 (None: infra)."""
 
-    executions_per_plan: int = Field(default=1, ge=1, le=8)
-    max_tokens_per_plan: int | None = Field(default=None, ge=1)
-    deadline_s: float | None = Field(default=600.0, gt=0)
-    max_concurrent_plans: int = Field(default=256, ge=1)
+    executions_per_plan: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Times each plan is executed on the pool (1-8); the reward is the mean over "
+        "the executions not spoiled by infrastructure failures. More executions give a less noisy "
+        "reward for sampled workers, at that many times the worker calls.",
+    )
+    max_tokens_per_plan: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token budget of one execution (input plus output tokens of every worker "
+        "call); steps after it is spent are skipped. `null`: unlimited.",
+    )
+    deadline_s: float | None = Field(
+        default=600.0,
+        gt=0,
+        description="Wall-clock limit of one execution, in seconds; worker calls still running "
+        "then fail and the plan counts as an infrastructure failure if that spoils it. `null`: no "
+        "limit.",
+    )
+    max_concurrent_plans: int = Field(
+        default=256,
+        ge=1,
+        description="Most plans executed at the same time (each worker's `concurrency` in the "
+        "pool applies as well). Lower it when a provider rate-limits you.",
+    )
+    cost_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="λ of the cost-aware reward, in reward points per dollar: a plan that parsed "
+        "and was scored gets `reward - cost_weight x cost`, its cost in dollars for one execution "
+        "(worker `price` in the pool; format errors keep 0, infrastructure failures `None`). 0 "
+        "(the paper): no penalty. Plans cost ~$0.0001-0.003 on the bundled simulated pool, so "
+        "values of 100-2000 change which worker is worth its price there (docs/cost.md).",
+    )
 
 
 class GenerationSpec(_Strict):
     """Conductor sampling. ``backend: vllm`` uses TRL's vLLM integration (GPU only)."""
 
-    backend: Literal["transformers", "vllm"] = "transformers"
-    vllm_mode: Literal["colocate", "server"] = "colocate"
-    vllm_server_base_url: str | None = None
-    vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
-    vllm_tensor_parallel_size: int = Field(default=1, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_completion_length: int = Field(default=1024, ge=8)
+    backend: Literal["transformers", "vllm"] = Field(
+        default="transformers",
+        description="`transformers` samples with the policy model itself (CPU or GPU); `vllm` "
+        "uses TRL's vLLM integration (GPU only, much faster for large models; the paper profile).",
+    )
+    vllm_mode: Literal["colocate", "server"] = Field(
+        default="colocate",
+        description="`colocate`: vLLM runs inside the training process on its GPUs; `server`: a "
+        "separate `trl vllm-serve` process at `vllm_server_base_url`. Only with `backend: vllm`.",
+    )
+    vllm_server_base_url: str | None = Field(
+        default=None,
+        description="URL of the vLLM server in `server` mode (e.g. `http://10.0.0.2:8000`); "
+        "`null` uses TRL's default host and port.",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="Share of each GPU's memory that vLLM may take in `colocate` mode, in (0, 1]; "
+        "the rest is left to training. Raise it if training leaves room.",
+    )
+    vllm_tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs each colocated vLLM engine shards the model over (`colocate` mode).",
+    )
+    temperature: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Sampling temperature of the plans. The paper uses 1.0; lower values make the "
+        "plans of a group more alike, which leaves GRPO less to compare.",
+    )
+    top_p: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus sampling: sample from the most likely tokens whose probabilities add "
+        "up to this, in (0, 1]. 1.0 (the paper) considers all tokens.",
+    )
+    max_completion_length: int = Field(
+        default=1024,
+        ge=8,
+        description="Most tokens per sampled plan (reasoning and the three lists); a plan cut off "
+        "here usually fails to parse and scores 0. The paper uses 1024, the tiny profile 64.",
+    )
 
 
 class LoraSpec(_Strict):
     """Optional LoRA adapters (PEFT) instead of full fine-tuning."""
 
-    enabled: bool = False
-    r: int = Field(default=16, ge=1)
-    alpha: int = Field(default=32, ge=1)
-    dropout: float = Field(default=0.05, ge=0, lt=1)
+    enabled: bool = Field(
+        default=False,
+        description="Train LoRA adapters (PEFT) instead of all weights; they are merged into the "
+        "saved model. Saves optimiser memory on large models; the paper trains all weights.",
+    )
+    r: int = Field(
+        default=16, ge=1, description="Adapter rank; higher adapts more, with more parameters."
+    )
+    alpha: int = Field(
+        default=32,
+        ge=1,
+        description="Adapter scale: the adapters' output is multiplied by alpha / r.",
+    )
+    dropout: float = Field(
+        default=0.05, ge=0, lt=1, description="Dropout on the adapters' input, in [0, 1)."
+    )
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Names of the linear layers that get adapters (default: Qwen2's attention "
+        "projections; add `gate_proj`, `up_proj`, `down_proj` to adapt the MLPs too).",
     )
 
 
 class WarmupSpec(_Strict):
-    """Optional format warm-up: a short supervised pass on synthetic valid plans.
+    """Optional format warm-up: a short supervised pass on synthetic valid plans before GRPO."""
 
-    Off by default (instruction-tuned models already write the format). ``prompt_loss`` puts the
-    language-modelling loss on the prompt tokens too, which a tiny random model needs in order to
-    represent the question at all (measured: without it routing stays at chance).
-    """
-
-    enabled: bool = False
-    steps: int = Field(default=300, ge=1)
-    batch_size: int = Field(default=16, ge=1)
-    learning_rate: float = Field(default=1e-3, gt=0)
-    prompt_loss: bool = True
-    max_plan_steps: int = Field(default=1, ge=1, le=20)
-    max_seconds: float | None = Field(default=None, gt=0)
+    enabled: bool = Field(
+        default=False,
+        description="Train on synthetic valid plans (random workers) before GRPO, so that a model "
+        "that cannot yet write the plan format earns rewards at all. Instruction-tuned models do "
+        "not need it; a random tiny model does. A rerun reuses `<output_dir>/warmup-model`.",
+    )
+    steps: int = Field(
+        default=300, ge=1, description="Optimiser steps (fewer if `max_seconds` runs out first)."
+    )
+    batch_size: int = Field(default=16, ge=1, description="Synthetic examples per step.")
+    learning_rate: float = Field(
+        default=1e-3, gt=0, description="AdamW learning rate of the warm-up (constant)."
+    )
+    prompt_loss: bool = Field(
+        default=True,
+        description="Put the language-modelling loss on the prompt tokens too, not only on the "
+        "plan. A random tiny model needs it to represent the question at all; a pretrained model "
+        "does not.",
+    )
+    max_plan_steps: int = Field(
+        default=1,
+        ge=1,
+        le=20,
+        description="Most steps of a synthetic plan (capped by `data.max_steps`); 1 teaches the "
+        "format with the simplest plans.",
+    )
+    max_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Wall-clock limit of the warm-up, in seconds; `null`: run all `steps`.",
+    )
     recursion_fraction: float = Field(
         default=0.0,
         ge=0.0,
@@ -138,35 +327,98 @@ class WarmupSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
-    """Checkpoints: a local folder or ``s3://bucket/prefix`` (uploaded through boto3).
+    """Checkpoints: where, how often, how many (a rerun resumes from the last one)."""
 
-    ``dir`` defaults to ``<output_dir>/checkpoints``.
-    """
-
-    dir: str | None = None
-    save_steps: int = Field(default=50, ge=1)
-    keep: int | None = Field(default=3, ge=1)
+    dir: str | None = Field(
+        default=None,
+        description="A local folder or `s3://bucket/prefix` (uploaded with boto3; "
+        "`AWS_ENDPOINT_URL_S3` selects an S3-compatible server). `null`: "
+        "`<output_dir>/checkpoints`. Rerunning the same command resumes from the last complete "
+        "checkpoint here.",
+    )
+    save_steps: int = Field(
+        default=50, ge=1, description="Save a checkpoint every this many optimiser steps."
+    )
+    keep: int | None = Field(
+        default=3,
+        ge=1,
+        description="Most checkpoints kept in the local checkpoint folder (older ones are "
+        "deleted); `null` keeps all.",
+    )
 
 
 class TrackingSpec(_Strict):
-    """Experiment tracking. ``tracking_uri`` defaults to ``$MLFLOW_TRACKING_URI`` or a SQLite
-    store under the output directory."""
+    """Experiment tracking (MLflow): params, per-step metrics, sample plans, the final model."""
 
-    backend: Literal["mlflow", "none"] = "mlflow"
-    tracking_uri: str | None = None
-    experiment: str = "conductor-train"
-    run_name: str | None = None
-    log_model: bool = True
-    registered_model: str | None = None
-    alias: str = "candidate"
-    sample_plans: int = Field(default=16, ge=0)
+    backend: Literal["mlflow", "none"] = Field(
+        default="mlflow",
+        description="`mlflow` logs the run to MLflow; `none` logs nothing (the output directory "
+        "still gets `summary.json` and `history.json`).",
+    )
+    tracking_uri: str | None = Field(
+        default=None,
+        description="MLflow tracking URI. `null`: `$MLFLOW_TRACKING_URI`, else a SQLite store "
+        "`<output_dir>/mlflow.db`.",
+    )
+    experiment: str = Field(default="conductor-train", description="MLflow experiment name.")
+    run_name: str | None = Field(
+        default=None,
+        description="Name of a new MLflow run (`null`: MLflow picks one); a resumed run keeps its "
+        "own.",
+    )
+    parent_run_id: str | None = Field(
+        default=None,
+        description="MLflow run id of the pipeline run (what "
+        "`conductor_core.track.pipeline_runs.pipeline_run` returns): the stage then logs into "
+        "its nested run named after the stage (`base`, `adaptive`, `recursive`), found again "
+        "when the stage is retried or resumed, in the parent's experiment (`experiment` and "
+        "`run_name` are ignored). `null`: a top-level run. An injected `MLFLOW_RUN_ID` wins.",
+    )
+    log_model: bool = Field(
+        default=True,
+        description="Log the final model folder to MLflow at the end (registered when "
+        "`registered_model` is set).",
+    )
+    registered_model: str | None = Field(
+        default=None,
+        description="Register the logged model under this name in the MLflow model registry; "
+        "`null` logs it without registering.",
+    )
+    alias: str = Field(
+        default="candidate",
+        description="Alias set on the newly registered version (load it as "
+        "`models:/<registered_model>@<alias>`); letters, digits, `_` or `-`, not `latest`.",
+    )
+    sample_plans: int = Field(
+        default=16,
+        ge=0,
+        description="Sampled plans (with reward, workers and format error) recorded per logged "
+        "step into `sample_plans.json`; 0 records none.",
+    )
 
 
 class AdaptiveSpec(_Strict):
     """Adaptive pool: each question offers a random subset of k workers (renumbered 0..k-1)."""
 
-    k_min: int = Field(default=2, ge=1)
-    k_max: int | None = Field(default=None, ge=1, description="Default: the pool size.")
+    k_min: int = Field(
+        default=2,
+        ge=1,
+        description="Fewest workers offered to a question (capped at the pool size).",
+    )
+    k_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most workers offered to a question; `null`: the pool size. Each question's "
+        "k is drawn uniformly from k_min..k_max.",
+    )
+    shuffle: bool = Field(
+        default=False,
+        description="Offer each subset in a random order (ids are renumbered 0..k-1 in the order "
+        "shown). `false` keeps the pool's order: a worker keeps its id whenever the whole pool "
+        "is offered, and offered workers keep their relative order. With `true` an id carries no "
+        "identity, so a Conductor that learned which id is good at what (workers are shown "
+        "without names) forgets it (measured in docs/training.md).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AdaptiveSpec:
@@ -179,15 +431,34 @@ class RecursiveSpec(_Strict):
     """Recursive round: part of each batch is forced into a second round.
 
     ``forced_fraction`` of each batch's plan groups belong to forced trajectories (a round-1 group
-    paired with a round-2 group on the same question). Round-1 advantages of forced trajectories
-    are multiplied by ``first_round_discount``; with ``per_round_normalisation`` advantages are
-    normalised within each round's group (each group holds one round only).
-    ``min_decision_share`` sets a floor on each round-2 decision (keep, new plan) per group.
+    paired with a round-2 group on the same question). Each group holds one round only, so
+    group-normalised advantages are normalised per round, as in the paper; round-1 advantages of
+    forced trajectories are then multiplied by ``first_round_discount``.
     """
 
-    forced_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
-    first_round_discount: float = Field(default=0.25, ge=0.0, le=1.0)
-    per_round_normalisation: bool = True
+    forced_fraction: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Share of each batch's plan groups that belong to forced two-round "
+        "trajectories, rounded to whole round-1/round-2 pairs. The paper uses 0.5; 1.0 gives round "
+        "2 the most examples.",
+    )
+    first_round_discount: float = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Multiplier on the advantages of forced trajectories' round-1 plans, in "
+        "[0, 1]. The paper uses 0.25; 0 leaves those round-1 plans untrained, 1 trains them like "
+        "any other.",
+    )
+    round2_contexts: Literal["per_plan", "shared"] = Field(
+        default="per_plan",
+        description="Which round-1 plans a round-2 group continues. `per_plan` (the paper): row i "
+        "of the round-2 group continues row i of its round-1 group, so every forced pair brings "
+        "one recursion context per plan. `shared`: the whole round-2 group continues one round-1 "
+        "plan, so its baseline compares keeping with revising the same answer (the tiny profile).",
+    )
     min_decision_share: float = Field(
         default=0.0,
         ge=0.0,
@@ -200,54 +471,177 @@ class RecursiveSpec(_Strict):
     )
     balance_sources: bool = Field(
         default=False,
-        description="Choose the round-1 plans that round 2 continues so that right and wrong "
-        "answers are continued equally often (where a group has both), instead of at random. "
-        "Otherwise the keep decision mostly learns the share of right answers, not which ones.",
+        description="With `round2_contexts: shared`, choose the round-1 plan each round-2 group "
+        "continues so that right and wrong answers are continued equally often (where a group has "
+        "both), instead of at random. Otherwise the keep decision mostly learns the share of right "
+        "answers, not which ones.",
     )
+
+    @model_validator(mode="after")
+    def _check_contexts(self) -> RecursiveSpec:
+        if self.balance_sources and self.round2_contexts != "shared":
+            raise ValueError(
+                "balance_sources needs round2_contexts: shared (with per_plan every round-1 plan "
+                "is continued)"
+            )
+        return self
 
 
 class StageConfig(_Strict):
     """One training stage. Defaults are the paper's (4 questions x 64 plans, 200 steps, ...)."""
 
-    stage: Stage = "base"
-    profile: Literal["paper", "tiny"] | None = None
-    output_dir: str = "runs/train"
+    stage: Stage = Field(
+        default="base",
+        description="`base` (GRPO on the full pool), `adaptive` (random worker subsets) or "
+        "`recursive` (forced second rounds). `--stage` overrides it.",
+    )
+    profile: str | None = Field(
+        default=None,
+        description="Named profile applied under this config, one of the YAML files in "
+        "`conductor_core/resources/train/profiles` (`paper`: GPU, Qwen2.5-7B; `tiny`: CPU, "
+        "minutes). `null`: the class defaults only.",
+    )
+    output_dir: str = Field(
+        default="runs/train",
+        description="Directory of the stage's outputs (`config.yaml`, `model/`, `summary.json`, "
+        "`history.json`, checkpoints, by default the MLflow store). Rerunning with the same "
+        "directory resumes.",
+    )
     init_from: str | None = Field(
-        default=None, description="Model directory to start from (adaptive/recursive: base output)."
+        default=None,
+        description="Model directory to start from, normally the previous stage's "
+        "`<output_dir>/model` (adaptive: base's, recursive: adaptive's); a stored model "
+        "(`s3://...`, `models:/NAME@ALIAS`, `runs:/...`) is downloaded first. `null`: "
+        "`model.path`.",
     )
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    model_uri: str | None = Field(
+        default=None,
+        description="Also copy the final model folder here (`s3://bucket/prefix` or a folder), "
+        "so that a job on another machine (a pipeline pod, a TrainJob node) hands it on. "
+        "`null`: only `<output_dir>/model`.",
+    )
+    seed: int = Field(
+        default=0,
+        description="Seed of the data order, sampling and the recursive stage's random choices; "
+        "the same seed and config repeat a run on the same hardware.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="`cpu`, `cuda`, or `auto` (`cuda` when available)."
+    )
 
-    questions_per_step: int = Field(default=4, ge=1)
-    plans_per_question: int = Field(default=64, ge=2)
+    questions_per_step: int = Field(
+        default=4,
+        ge=1,
+        description="Distinct questions per optimiser step (the paper: 4). More questions mix more "
+        "domains into each update.",
+    )
+    plans_per_question: int = Field(
+        default=64,
+        ge=2,
+        description="Plans sampled per question: one GRPO group, whose rewards are compared with "
+        "each other. At least 2; the paper uses 64.",
+    )
     micro_batch_size: int | None = Field(
-        default=None, ge=1, description="Completions per forward pass (default: the whole step)."
+        default=None,
+        ge=1,
+        description="Completions per forward/backward pass; gradients accumulate to one optimiser "
+        "step per generation batch. Must divide questions_per_step x plans_per_question and be a "
+        "multiple or divisor of plans_per_question. `null`: the whole step at once. Lower it when "
+        "memory runs out.",
     )
-    steps: int = Field(default=200, ge=1)
-    learning_rate: float = Field(default=1e-6, gt=0)
-    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
-    warmup_ratio: float = Field(default=0.03, ge=0, lt=1)
-    beta: float = Field(default=0.0, ge=0.0, description="KL weight (paper: no KL term).")
-    loss_type: LossType = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    optimizer: Literal["adamw_torch", "sgd"] = Field(
-        default="adamw_torch",
-        description="Optimiser (TRL/transformers ``optim``). Adam moves every parameter at about "
-        "the learning rate whatever the size of its gradient; plain SGD moves it in proportion.",
+    steps: int = Field(
+        default=200,
+        ge=1,
+        description="Optimiser steps, one generation batch each (the paper: 200 base, 50 "
+        "adaptive, 20 recursive).",
     )
-    gradient_checkpointing: bool = False
+    learning_rate: float = Field(
+        default=1e-6,
+        gt=0,
+        description="Peak learning rate of the policy's AdamW optimiser. The paper uses 1e-6 for "
+        "a 7B model; a random tiny model needs far more (the tiny profile: 3e-4).",
+    )
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
+        default="cosine",
+        description="Learning-rate schedule after the warm-up ratio (transformers' "
+        "`lr_scheduler_type`). The paper uses cosine.",
+    )
+    warmup_ratio: float = Field(
+        default=0.03,
+        ge=0,
+        lt=1,
+        description="Share of `steps` over which the learning rate rises linearly from 0 (the "
+        "paper: 0.03).",
+    )
+    beta: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Weight of the KL penalty towards the starting model. 0 (the paper) adds no "
+        "KL term and loads no reference model, which saves memory.",
+    )
+    loss_type: LossType = Field(
+        default="dapo",
+        description="GRPO loss (TRL's `loss_type`): `grpo` is the paper's (per-sequence length "
+        "normalisation), `dapo` TRL's default (normalised by the tokens in the batch); `dr_grpo` "
+        "and `bnpo` are TRL's other variants.",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        default="group",
+        description="How advantages are scaled (TRL's `scale_rewards`): `group` divides by each "
+        "group's reward standard deviation (GRPO), `batch` by the batch's, `none` keeps raw "
+        "reward differences.",
+    )
+    max_grad_norm: float = Field(
+        default=1.0, gt=0, description="Clip the gradient's global norm to this value."
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass instead of storing them: less GPU "
+        "memory for more compute. On in the paper profile (7B).",
+    )
 
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    data: DataSpec = Field(default_factory=DataSpec)
-    reward: RewardSpec = Field(default_factory=RewardSpec)
-    generation: GenerationSpec = Field(default_factory=GenerationSpec)
-    lora: LoraSpec = Field(default_factory=LoraSpec)
-    warmup: WarmupSpec = Field(default_factory=WarmupSpec)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
-    adaptive: AdaptiveSpec = Field(default_factory=AdaptiveSpec)
-    recursive: RecursiveSpec = Field(default_factory=RecursiveSpec)
+    model: ModelSpec = Field(
+        default_factory=ModelSpec,
+        description="Where the initial weights come from (unless `init_from` is set).",
+    )
+    data: DataSpec = Field(
+        default_factory=DataSpec,
+        description="Training problems, the worker pool and the Conductor prompt.",
+    )
+    reward: RewardSpec = Field(
+        default_factory=RewardSpec, description="How plans are executed and scored."
+    )
+    generation: GenerationSpec = Field(
+        default_factory=GenerationSpec, description="How the Conductor samples plans."
+    )
+    lora: LoraSpec = Field(
+        default_factory=LoraSpec, description="Optional LoRA adapters instead of full fine-tuning."
+    )
+    warmup: WarmupSpec = Field(
+        default_factory=WarmupSpec, description="Optional supervised format warm-up before GRPO."
+    )
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec, description="Where and how often checkpoints are saved."
+    )
+    tracking: TrackingSpec = Field(
+        default_factory=TrackingSpec, description="Experiment tracking (MLflow)."
+    )
+    adaptive: AdaptiveSpec = Field(
+        default_factory=AdaptiveSpec,
+        description="Worker subsets of the adaptive stage (read only when `stage: adaptive`).",
+    )
+    recursive: RecursiveSpec = Field(
+        default_factory=RecursiveSpec,
+        description="Forced second rounds of the recursive stage (read only when "
+        "`stage: recursive`).",
+    )
+
+    @field_validator("profile")
+    @classmethod
+    def _check_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in PROFILES:
+            raise ValueError(f"unknown profile '{value}'; use one of {', '.join(PROFILES)}")
+        return value
 
     @model_validator(mode="after")
     def _check_batch(self) -> StageConfig:
@@ -263,6 +657,7 @@ class StageConfig(_Strict):
                 f"micro_batch_size ({micro}) must be a multiple or a divisor of "
                 f"plans_per_question ({self.plans_per_question})"
             )
+        _refuse_simulated_pool(self)
         forced = self.stage == "recursive" and self.recursive.forced_fraction > 0
         if forced and self.questions_per_step < 2:
             raise ValueError(
@@ -313,102 +708,66 @@ class StageConfig(_Strict):
 # Profiles
 
 
-_PAPER: dict[str, Any] = {
-    "questions_per_step": 4,
-    "plans_per_question": 64,
-    "micro_batch_size": 16,
-    "steps": 200,
-    "learning_rate": 1e-6,
-    "lr_scheduler": "cosine",
-    "warmup_ratio": 0.03,
-    "beta": 0.0,
-    "loss_type": "grpo",
-    "gradient_checkpointing": True,
-    "device": "cuda",
-    "model": {"path": "Qwen/Qwen2.5-7B", "dtype": "bfloat16"},
-    "data": {"prompt_style": "full", "max_steps": 5},
-    "generation": {
-        "backend": "vllm",
-        "vllm_mode": "colocate",
-        "temperature": 1.0,
-        "max_completion_length": 1024,
-    },
-    "checkpoint": {"save_steps": 20},
-}
+@functools.cache
+def bundled_pool(name: str) -> str | None:
+    """The path of the bundled pool ``resources/pools/<name>.yaml`` (e.g. ``paper``), or None."""
+    path = Path(str(resources.files("conductor_core.resources") / "pools" / f"{name}.yaml"))
+    return str(path) if name.replace("-", "_").isidentifier() and path.is_file() else None
 
-_TINY: dict[str, Any] = {
-    # 16 questions x 4 plans (rather than 8 x 8): the same 64 plans per step, but each step mixes
-    # more questions of every domain, which kept the tiny policy from collapsing onto one worker
-    # before it learned to tell the domains apart (measured on 2 CPU cores).
-    "questions_per_step": 16,
-    "plans_per_question": 4,
-    "steps": 150,
-    "learning_rate": 3e-4,
-    "lr_scheduler": "constant",
-    "warmup_ratio": 0.0,
-    "beta": 0.0,
-    "loss_type": "dapo",
-    "device": "cpu",
-    "model": {"path": "tiny", "tiny": {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2}},
-    "data": {"prompt_style": "compact", "max_steps": 5, "worker_profile": None},
-    "generation": {"backend": "transformers", "temperature": 1.0, "max_completion_length": 64},
-    "warmup": {
-        "enabled": True,
-        "steps": 300,
-        "batch_size": 16,
-        "learning_rate": 1e-3,
-        # Half the warm-up examples are recursion rounds, so that the base model can go on to the
-        # recursive stage (a recursion warm-up after base GRPO re-randomised its routing).
-        "recursion_fraction": 0.5,
-    },
-    "checkpoint": {"save_steps": 25},
-    "tracking": {"sample_plans": 8},
-}
 
-_STAGE_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
-    "paper": {
-        "adaptive": {"steps": 50},
-        "recursive": {"steps": 20},
-    },
-    "tiny": {
-        "adaptive": {"steps": 80, "warmup": {"enabled": False}},
-        # Measured (see docs/training.md): 32 questions x 2 plans, so that each step holds 16
-        # round-2 contexts of one keep and one new plan each; lr 2e-4.
-        "recursive": {
-            "steps": 40,
-            "questions_per_step": 32,
-            "plans_per_question": 2,
-            "learning_rate": 2e-4,
-            "warmup": {"enabled": False},
-            "recursive": {
-                "forced_fraction": 1.0,
-                "min_decision_share": 0.5,
-                "balance_sources": True,
-            },
-        },
-    },
-}
+def _refuse_simulated_pool(config: StageConfig) -> None:
+    """The paper profile on a real model refuses a simulated pool unless allowed explicitly."""
+    if config.profile != "paper" or config.model.path == "tiny":
+        return
+    if config.data.allow_simulated_pool:
+        return
+    pool = config.data.pool
+    simulated = pool == "bundled"
+    if not simulated and Path(pool).is_file():
+        try:
+            data = yaml.safe_load(Path(pool).read_text(encoding="utf-8")) or {}
+            workers = data.get("workers", data) if isinstance(data, dict) else data
+            simulated = any(
+                isinstance(w, dict) and w.get("provider") == "simulated" for w in workers or []
+            )
+        except (OSError, yaml.YAMLError, AttributeError):
+            simulated = False
+    if simulated:
+        raise ValueError(
+            f"data.pool: the paper profile trains {config.model.path} on a simulated pool "
+            f"({pool}); use real workers (data.pool: paper) or set data.allow_simulated_pool: "
+            "true to do it on purpose"
+        )
 
-PROFILE_VALUES: dict[str, dict[str, Any]] = {"paper": _PAPER, "tiny": _TINY}
+
+def _load_profile(name: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A profile file's base values and its per-stage overrides (``stages:``), checked."""
+    where = f"profile '{name}' (resources/train/profiles/{name}.yaml)"
+    try:
+        data = yaml.safe_load((_profiles_dir() / f"{name}.yaml").read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({exc})") from exc
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of config fields at the top level")
+    stages = data.pop("stages", None) or {}
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+        raise ConfigError(f"{where}: 'stages' must map a stage name to a mapping of overrides")
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise ConfigError(
+            f"{where}: stages: unknown stage '{unknown[0]}'; use one of {', '.join(STAGES)}"
+        )
+    return data, stages
 
 
 def profile_values(profile: str, stage: str = "base") -> dict[str, Any]:
-    """The overrides a named profile applies for ``stage`` (a fresh copy)."""
-    if profile not in PROFILE_VALUES:
+    """The values a named profile sets for ``stage``: its base values with the stage's overrides
+    merged in (a fresh copy)."""
+    if profile not in PROFILES:
         raise ConfigError(f"profile: unknown profile '{profile}'; use one of {', '.join(PROFILES)}")
-    values = copy.deepcopy(PROFILE_VALUES[profile])
-    return deep_merge(values, _STAGE_OVERRIDES[profile].get(stage, {}))
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``override`` into a copy of ``base`` (dicts merge, the rest replaces)."""
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+    base, stages = _load_profile(profile)
+    return deep_merge(base, stages.get(stage, {}))
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -446,10 +805,13 @@ def build_config(
     merged["stage"] = stage_name
     if profile_name:
         merged["profile"] = profile_name
+    pool = (merged.get("data") or {}).get("pool")
+    if isinstance(pool, str) and not Path(pool).exists() and bundled_pool(pool):
+        merged["data"] = {**merged["data"], "pool": bundled_pool(pool)}
     try:
         return StageConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(f"{origin}: {_format_errors(exc)}") from exc
+        raise ConfigError(f"{origin}: {format_validation_error(exc)}") from exc
 
 
 def load_config(
@@ -460,24 +822,7 @@ def load_config(
     overrides: dict[str, Any] | None = None,
 ) -> StageConfig:
     """Load a stage config YAML file (see :func:`build_config` for the precedence)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--config: file not found: {path} (give a stage YAML file)")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    data = read_yaml_file(path, f"--config: file not found: {path} (give a stage YAML file)") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config fields at the top level")
     return build_config(data, stage=stage, profile=profile, overrides=overrides, origin=str(path))
-
-
-def _format_errors(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)

@@ -14,105 +14,59 @@ from random import Random
 from typing import Any
 
 from conductor_core.errors import ConfigError, require
+from conductor_core.policy.base import PreviousRound
+from conductor_core.solve import SolveOptions, plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-
-COMPACT_PROMPT = (
-    "Models: {models}. Write a plan of at most {max_steps} steps as three lists: model_id, "
-    "subtasks, access_list.\n\nQuestion:\n{question}"
-)
-"""The ``compact`` prompt style: a short prompt for tiny models (no worked examples). The
-question comes last, next to where the plan starts, so that a tiny model can attend to it."""
-
-COMPACT_RECURSION = (
-    "\n\nPrevious plan:\n{previous_plan}\nPrevious answer:\n{previous_answer}\n"
-    "Write a new plan, or three empty lists to keep the answer."
-)
+from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
-def compact_prompt(
-    question: str,
-    num_workers: int,
-    *,
-    max_steps: int = 5,
-    previous_plan: str | None = None,
-    previous_answer: str | None = None,
-) -> str:
-    """The compact Conductor prompt (with the recursion section when a previous round is given)."""
-    text = COMPACT_PROMPT.format(
-        question=question.strip(),
-        models=", ".join(str(i) for i in range(num_workers)),
-        max_steps=max_steps,
+def stage_options(config: StageConfig, offered: Sequence[int] | None = None) -> SolveOptions:
+    """The solve options of ``config``'s stage: its prompt style, step limit, access mode and
+    budget, offering ``offered`` (None: the whole pool)."""
+    from conductor_core.workflow.executor import UNLIMITED, Budget
+
+    reward = config.reward
+    budget = (
+        Budget(max_tokens=reward.max_tokens_per_plan, deadline_s=reward.deadline_s)
+        if reward.max_tokens_per_plan is not None or reward.deadline_s is not None
+        else UNLIMITED
     )
-    if previous_plan is not None:
-        text += COMPACT_RECURSION.format(
-            previous_plan=previous_plan.strip(), previous_answer=(previous_answer or "").strip()
-        )
-    return text
-
-
-def prompt_messages(
-    question: str,
-    num_workers: int,
-    *,
-    style: str = "full",
-    max_steps: int = 5,
-    access_mode: str = "binary",
-    previous_plan: str | None = None,
-    previous_answer: str | None = None,
-) -> list[dict[str, str]]:
-    """The chat messages asking for a plan (a recursion round when ``previous_plan`` is given)."""
-    if style == "compact":
-        text = compact_prompt(
-            question,
-            num_workers,
-            max_steps=max_steps,
-            previous_plan=previous_plan,
-            previous_answer=previous_answer,
-        )
-        return [{"role": "user", "content": text}]
-    if style != "full":
-        raise ConfigError(f"data.prompt_style: unknown style '{style}'; use 'full' or 'compact'")
-    from conductor_core.workflow.prompts import conductor_messages
-
-    if previous_plan is not None:
-        return conductor_messages(
-            question,
-            num_workers,
-            max_steps=max_steps,
-            access_mode=access_mode,
-            previous_plan=previous_plan,
-            previous_answer=previous_answer or "",
-        )
-    return conductor_messages(question, num_workers, max_steps=max_steps, access_mode=access_mode)
+    return SolveOptions(
+        max_steps=config.data.max_steps,
+        access_mode=AccessMode(config.data.access_mode),
+        prompt_style=PromptStyle(config.data.prompt_style),
+        worker_ids=tuple(offered) if offered is not None else None,
+        budget=budget,
+    )
 
 
 def stage_prompt(
     config: StageConfig,
     question: str,
-    num_workers: int,
+    pool_size: int,
     *,
-    previous_plan: str | None = None,
-    previous_answer: str | None = None,
+    offered: Sequence[int] | None = None,
+    previous: PreviousRound | None = None,
 ) -> list[dict[str, str]]:
-    """:func:`prompt_messages` with the prompt style, step limit and access mode of ``config``."""
-    return prompt_messages(
-        question,
-        num_workers,
-        style=config.data.prompt_style,
-        max_steps=config.data.max_steps,
-        access_mode=config.data.access_mode,
-        previous_plan=previous_plan,
-        previous_answer=previous_answer,
-    )
+    """The chat messages asking for a plan in ``config``'s stage: the plan request the solve loop
+    would send (:func:`conductor_core.solve.plan_request`), rendered by
+    :func:`conductor_core.workflow.prompts.plan_messages`, exactly as at serving time."""
+    request = plan_request(question, pool_size, stage_options(config, offered), previous=previous)
+    return plan_messages(request)
 
 
-def offered_subset(rng: Random, pool_size: int, k_min: int, k_max: int | None) -> list[int]:
-    """A random subset of ``k`` pool ids (k uniform in [k_min, k_max]), in random order."""
+def offered_subset(
+    rng: Random, pool_size: int, k_min: int, k_max: int | None, shuffle: bool = False
+) -> list[int]:
+    """A random subset of ``k`` pool ids (k uniform in [k_min, k_max]): in random order with
+    ``shuffle``, else in pool order."""
     hi = min(pool_size, k_max or pool_size)
     lo = min(k_min, hi)
     k = rng.randint(lo, hi)
-    return rng.sample(range(pool_size), k)
+    chosen = rng.sample(range(pool_size), k)
+    return chosen if shuffle else sorted(chosen)
 
 
 def build_rows(
@@ -142,11 +96,15 @@ def build_rows(
         for p in problems:
             if adaptive:
                 offered = offered_subset(
-                    rng, pool_size, config.adaptive.k_min, config.adaptive.k_max
+                    rng,
+                    pool_size,
+                    config.adaptive.k_min,
+                    config.adaptive.k_max,
+                    config.adaptive.shuffle,
                 )
             else:
                 offered = list(range(pool_size))
-            messages = stage_prompt(config, p.question, len(offered))
+            messages = stage_prompt(config, p.question, pool_size, offered=offered)
             out.append(
                 {
                     "prompt": messages,

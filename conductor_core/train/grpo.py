@@ -21,6 +21,7 @@ from conductor_core.errors import ConfigError, require
 from conductor_core.train.config import StageConfig
 from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.train.tracking import Tracker, make_tracker
+from conductor_core.workflow.prompts import save_prompt_spec
 
 SUMMARY_FILE = "summary.json"
 WARM_DIR = "warmup-model"
@@ -44,19 +45,33 @@ class StageResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Inputs: problems, pool, bank
+# Inputs: problems and pool
 
 
 def load_inputs(config: StageConfig):
-    """The training problems (of ``data.split``), all problems by id, the pool and the bank."""
+    """The training problems (of ``data.split``), all problems by id, and the pool.
+
+    The pool's simulated workers know the problems of ``data.bank`` when set, else those of the
+    training problems file (their ``simulation.problems`` is replaced).
+    """
     from conductor_core.tasks.problem import read_problems
+    from conductor_core.track.storage import is_s3, split_s3
     from conductor_core.train.data import select_problems
     from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import ProblemBank
+    from conductor_core.workers.simulated import known_problems
 
     spec = config.data
     problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
+    if is_s3(str(problems_path)):
+        # A job on another machine (a TrainJob node) reads the dataset its launcher uploaded.
+        from conductor_core.track.storage import Storage
+
+        local = config.output_path() / "data" / Path(str(problems_path)).name
+        if not local.is_file():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            Storage().client.download_file(*split_s3(str(problems_path)), str(local))
+        problems_path = local
     pool_path = bundled_train_pool_path() if spec.pool == "bundled" else spec.pool
     problems = read_problems(problems_path)
     train = select_problems(problems, spec.split, spec.max_problems)
@@ -68,11 +83,9 @@ def load_inputs(config: StageConfig):
     pool = load_pool(pool_path)
     if spec.worker_profile:
         pool = pool.with_profile(spec.worker_profile)
-    bank = None
-    if any(w.provider == "simulated" for w in pool.workers):
-        bank_problems = read_problems(spec.bank) if spec.bank else problems
-        bank = ProblemBank(bank_problems)
-    return train, {p.id: p for p in problems}, pool, bank
+    pool = pool.with_simulation_problems([spec.bank or problems_path], replace=True)
+    known_problems(pool)  # read the problem files now: a missing one fails here
+    return train, {p.id: p for p in problems}, pool
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,28 +105,20 @@ def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
     """Tokenizer corpus for a tiny model: the default corpus plus this stage's prompts and plans."""
     from random import Random
 
+    from conductor_core.policy.base import PreviousRound
     from conductor_core.policy.tiny import default_corpus
-    from conductor_core.train.data import prompt_messages
+    from conductor_core.train.data import stage_prompt
     from conductor_core.train.warmup import synthetic_plan
 
     rng = Random(config.seed)
     texts = default_corpus(seed=config.seed)
     for p in list(problems)[:400]:
-        messages = prompt_messages(
-            p.question, pool_size, style=config.data.prompt_style, max_steps=config.data.max_steps
-        )
-        texts.append(messages[0]["content"])
+        texts.append(stage_prompt(config, p.question, pool_size)[0]["content"])
         plan = synthetic_plan(rng, pool_size, max_plan_steps=2)
         texts.append(plan)
         if config.data.prompt_style == "compact":
-            again = prompt_messages(
-                p.question,
-                pool_size,
-                style="compact",
-                max_steps=config.data.max_steps,
-                previous_plan=plan,
-                previous_answer="\\boxed{42}",
-            )
+            previous = PreviousRound(plan=plan, answer="\\boxed{42}")
+            again = stage_prompt(config, p.question, pool_size, previous=previous)
             texts.append(again[0]["content"])
     return texts
 
@@ -121,6 +126,10 @@ def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
 def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
     """Where the stage's starting weights are: ``init_from``, a built tiny model, or a model id."""
     if config.init_from:
+        if config.init_from.startswith(("s3://", "models:/", "runs:/")):
+            from conductor_core.track.registry import load_model_dir
+
+            return str(load_model_dir(config.init_from, config.output_path() / "init-from"))
         path = Path(config.init_from).expanduser()
         if not (path / "config.json").is_file():
             raise ConfigError(
@@ -194,6 +203,10 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
         log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
         model.save_pretrained(warm)
         tokenizer.save_pretrained(warm)
+        save_prompt_spec(warm, config.data.prompt_style, config.generation.max_completion_length)
+        # TRL builds the KL reference (beta > 0) from the path in the config: the warmed-up model,
+        # as when a resumed run reuses it, not the random initial one.
+        model.config._name_or_path = str(warm)
     return model, tokenizer
 
 
@@ -202,12 +215,26 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
 
 
 def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: bool):
-    """The TRL ``GRPOConfig`` for ``config``."""
+    """The TRL ``GRPOConfig`` for ``config``.
+
+    The warm-up goes to transformers as a whole number of optimiser steps,
+    ``ceil(steps * warmup_ratio)`` (what transformers 5 derives from a ratio): a float
+    ``warmup_steps`` is a ratio only from transformers 5.0 (4.x takes a step count there; 4.57
+    rejects a float) and ``warmup_ratio`` is gone from 5.2, while an integer means the same in
+    every version. transformers' ``constant`` schedule ignores the warm-up, so a
+    warm-up with ``lr_scheduler: constant`` uses ``constant_with_warmup``.
+    """
+    import math
+
     trl = require("trl", "train", "GRPO training")
     gen = config.generation
     use_vllm = gen.backend == "vllm"
     if use_vllm and device != "cuda":
         raise ConfigError("generation.backend: vllm needs a GPU; use 'transformers' on CPU")
+    warmup_steps = math.ceil(config.steps * config.warmup_ratio)
+    scheduler = config.lr_scheduler
+    if scheduler == "constant" and warmup_steps:
+        scheduler = "constant_with_warmup"
     kwargs: dict[str, Any] = {
         "output_dir": str(checkpoint_dir),
         "per_device_train_batch_size": config.micro_batch,
@@ -217,13 +244,13 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "temperature": gen.temperature,
         "top_p": gen.top_p,
         "learning_rate": config.learning_rate,
-        "lr_scheduler_type": config.lr_scheduler,
-        "warmup_steps": config.warmup_ratio,
+        "lr_scheduler_type": scheduler,
+        "warmup_steps": warmup_steps,
         "beta": config.beta,
         "loss_type": config.loss_type,
         "scale_rewards": config.scale_rewards,
         "max_grad_norm": config.max_grad_norm,
-        "optim": config.optimizer,
+        "optim": "adamw_torch",  # the paper's AdamW; transformers' default became the fused one
         "max_steps": config.steps,
         "save_strategy": "steps",
         "save_steps": config.checkpoint.save_steps,
@@ -308,7 +335,7 @@ def make_callbacks(
                         "domain": outcome.domain,
                         "plan": text,
                         "reward": outcome.reward,
-                        "format_error": outcome.format_code,
+                        "format_error": outcome.format_error_code,
                         "workers": json.dumps(outcome.workers),
                     }
                 )
@@ -356,11 +383,9 @@ def build_trainer(
             **kwargs,
             conductor_reward=reward,
             rounds=rounds or RoundState(),
-            prompt_style=config.data.prompt_style,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
+            round2_contexts=config.recursive.round2_contexts,
             min_decision_share=config.recursive.min_decision_share,
             balance_sources=config.recursive.balance_sources,
         )
@@ -380,8 +405,7 @@ def run_stage(
 ) -> StageResult:
     """Run one training stage end to end (resuming from the last checkpoint if there is one)."""
     from conductor_core.train import storage
-    from conductor_core.train.data import build_dataset
-    from conductor_core.workflow.executor import Budget
+    from conductor_core.train.data import build_dataset, stage_options
 
     say = log or (lambda msg: None)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -398,7 +422,7 @@ def run_stage(
     try:
         require("trl", "train", "GRPO training")
         device = resolve_device(config)
-        train, by_id, pool, bank = load_inputs(config)
+        train, by_id, pool = load_inputs(config)
         tracker.log_params(
             {
                 **config.flat(),
@@ -412,15 +436,11 @@ def run_stage(
         reward = ConductorReward(
             by_id,
             pool,
-            bank=bank,
-            max_steps=config.data.max_steps,
-            access_mode=config.data.access_mode,
+            options=stage_options(config),
             executions=config.reward.executions_per_plan,
-            budget=Budget(
-                max_tokens=config.reward.max_tokens_per_plan, deadline_s=config.reward.deadline_s
-            ),
             max_concurrent=config.reward.max_concurrent_plans,
             rounds=rounds,
+            cost_weight=config.reward.cost_weight,
         )
         local_ckpt = point.local_dir
         local_ckpt.mkdir(parents=True, exist_ok=True)
@@ -442,6 +462,14 @@ def run_stage(
             final = final.merge_and_unload()
         final.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
+        save_prompt_spec(
+            model_dir, config.data.prompt_style, config.generation.max_completion_length
+        )
+        if config.model_uri:
+            from conductor_core.track.storage import Storage
+
+            say(f"model: copying to {config.model_uri}")
+            Storage().upload_dir(model_dir, config.model_uri)
         summary = summarize_history(history)
         summary.update(
             stage=config.stage,
@@ -457,8 +485,7 @@ def run_stage(
         tracker.log_artifact(out / "config.yaml")
         if config.tracking.log_model and config.tracking.backend != "none":
             tracker.log_model(
-                final,
-                tokenizer,
+                model_dir,
                 registered_name=config.tracking.registered_model,
                 alias=config.tracking.alias,
             )

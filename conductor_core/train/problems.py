@@ -21,6 +21,9 @@ from pathlib import Path
 from random import Random
 
 from conductor_core.tasks.problem import Domain, Problem
+from conductor_core.workers.simulated import bundled_train_problems_path
+
+__all__ = ["bundled_train_pool_path", "bundled_train_problems_path", "synthetic_problems"]
 
 _WORDS: tuple[str, ...] = (
     "planet",
@@ -74,11 +77,6 @@ _WORDS: tuple[str, ...] = (
     "yogurt",
     "zipper",
 )
-
-
-def bundled_train_problems_path() -> Path:
-    """Path of the bundled synthetic training problems (JSONL)."""
-    return Path(str(resources.files("conductor_core.resources") / "train" / "problems.jsonl"))
 
 
 def bundled_train_pool_path() -> Path:

@@ -2,21 +2,24 @@
 second round.
 
 A generation batch holds ``B`` groups of ``G`` plans (one group per question). The first
-``2 * pairs`` groups form ``pairs`` forced trajectories, ``pairs = round(B * forced_fraction / 2)``:
-group ``2j`` holds round-1 plans for a question; one of them, drawn at random, is continued by
-group ``2j + 1``, whose ``G`` rows are round-2 plans written after seeing that round-1 plan and its
-final answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
-single-round groups.
+``2 * pairs`` groups form ``pairs`` forced trajectories, ``pairs = round(B * forced_fraction / 2)``
+(so ``forced_fraction`` 0.5 forces half of the batch's plans into a second round, as the paper
+does): group ``2j`` holds round-1 plans for a question, and group ``2j + 1`` holds round-2 plans
+for the same question, each written after seeing a round-1 plan of group ``2j`` and its final
+answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
+single-round groups. Which round-1 plan a round-2 row continues is ``round2_contexts``:
+
+* ``per_plan`` (the paper): row ``i`` of the round-2 group continues row ``i`` of the round-1
+  group, so each forced pair brings ``G`` distinct recursion contexts;
+* ``shared``: the whole round-2 group continues one round-1 plan (drawn at random, or balanced
+  between right and wrong answers with ``balance_sources``), so its baseline compares keeping with
+  revising the same answer (what a tiny policy needs: docs/training.md).
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
-second round. Each group holds one round only, so group-normalised advantages are normalised per
-round; the advantages of forced round-1 rows are then multiplied by ``first_round_discount``.
-A round-2 group shares one prompt (one previous plan and answer), as GRPO groups do, so its
-baseline compares keeping with revising the same answer (measured: with one different previous
-answer per row, the baseline mixed right and wrong previous answers and the tiny policy stopped
-keeping altogether instead of learning when to keep).
-Generation goes through TRL's own backend (transformers or vLLM), round 2 with one sample per
-prompt.
+second round (both through :func:`~conductor_core.solve.solve`). Each group holds one round only,
+so group-normalised advantages are normalised per round; the advantages of forced round-1 rows are
+then multiplied by ``first_round_discount`` (the paper: 0.25). Generation goes through TRL's own
+backend (transformers or vLLM), round 2 with one sample per prompt.
 
 With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep
 the answer and of rows that write a new plan: missing ones are filled in after generation with the
@@ -32,15 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
-from conductor_core.train.data import prompt_messages
-from conductor_core.train.reward import ConductorReward, PreviousRound, RoundState
+from conductor_core.outcome import Outcome
+from conductor_core.policy.base import PreviousRound
+from conductor_core.solve import plan_request
+from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
+from conductor_core.workflow.prompts import plan_messages
 
 MAX_PREVIOUS_PLAN_CHARS = 600
 """An unparsable round-1 plan is shown (truncated) as the previous plan."""
@@ -62,6 +69,39 @@ class _Batch:
 def forced_pairs(groups: int, fraction: float) -> int:
     """How many (round-1, round-2) group pairs a batch of ``groups`` groups gets."""
     return max(0, min(groups // 2, round(groups * fraction / 2)))
+
+
+def pair_rows(
+    pairs: int, group: int, contexts: str, rng: Random
+) -> tuple[list[int], list[int], list[int]]:
+    """The batch layout of ``pairs`` forced trajectories of ``group`` plans each.
+
+    Returns ``(first_rows, second_rows, sources)``: the round-1 rows, the round-2 rows, and for
+    each round-2 row the round-1 row it continues (``contexts``: ``per_plan`` or ``shared``, see
+    the module docstring).
+    """
+    if contexts not in ("per_plan", "shared"):
+        raise ValueError(f"round2_contexts: unknown value {contexts!r}; use per_plan or shared")
+    first: list[int] = []
+    second: list[int] = []
+    sources: list[int] = []
+    for j in range(pairs):
+        a, b = 2 * j * group, (2 * j + 1) * group
+        shared = a + rng.randrange(group)
+        for i in range(group):
+            first.append(a + i)
+            second.append(b + i)
+            sources.append(a + i if contexts == "per_plan" else shared)
+    return first, second, sources
+
+
+def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
+    """Multiply the advantages of ``rows`` by ``factor`` in place (rows past the end, which another
+    process holds under data parallelism, are skipped)."""
+    if factor == 1.0 or not rows:
+        return
+    kept = [r for r in rows if r < advantages.shape[0]]
+    advantages[kept] = advantages[kept] * factor
 
 
 def decision_floor(keeps: list[bool], minimum: int, rng: Random) -> tuple[list[int], list[int]]:
@@ -101,7 +141,7 @@ def balanced_sources(correct: list[list[bool]], rng: Random) -> list[int]:
     return picks
 
 
-def is_keep_text(text: str, max_steps: int, access_mode: str) -> bool:
+def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bool:
     """True when a round-2 completion parses as the keep plan (three empty lists)."""
     workflow, _ = try_parse_plan(
         text,
@@ -125,11 +165,9 @@ def make_recursive_trainer_class():
             *args: Any,
             conductor_reward: ConductorReward,
             rounds: RoundState,
-            prompt_style: str = "full",
-            max_steps: int = 5,
-            access_mode: str = "binary",
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
+            round2_contexts: str = "per_plan",
             min_decision_share: float = 0.0,
             balance_sources: bool = False,
             **kwargs: Any,
@@ -137,9 +175,9 @@ def make_recursive_trainer_class():
             super().__init__(*args, **kwargs)
             self.conductor_reward = conductor_reward
             self.rounds = rounds
-            self.prompt_style = prompt_style
-            self.plan_max_steps = max_steps
-            self.access_mode = access_mode
+            # The stage's plan format and prompt style, as the reward scores plans.
+            self.options = conductor_reward.options
+            self.round2_contexts = round2_contexts
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
             self.min_decision_share = min_decision_share
@@ -154,31 +192,22 @@ def make_recursive_trainer_class():
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
             batch = _Batch(inputs=inputs, group=g, pairs=pairs)
             rng = Random(f"{self.args.seed}:{self.state.global_step}")
-            for j in range(pairs):
-                a, b = 2 * j * g, (2 * j + 1) * g
-                source = a + rng.randrange(g)
-                for i in range(g):
-                    # The round-2 group works on the round-1 group's question.
-                    inputs[b + i] = dict(inputs[a + i])
-                    batch.first_rows.append(a + i)
-                    batch.second_rows.append(b + i)
-                    batch.sources.append(source)
+            batch.first_rows, batch.second_rows, batch.sources = pair_rows(
+                pairs, g, self.round2_contexts, rng
+            )
+            for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
+                inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
             self._batch = batch
             try:
                 output = super()._generate_and_score_completions(inputs)
             finally:
                 self._batch = None
-            if batch.first_rows and self.first_round_discount != 1.0:
-                adv = output["advantages"]
-                rows = [r for r in batch.first_rows if r < adv.shape[0]]
-                adv[rows] = adv[rows] * self.first_round_discount
+            discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
             self._log_rounds(batch, mode)
             return output
 
         def _log_rounds(self, batch: _Batch, mode: str) -> None:
             """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
-            from conductor_core.train.evaluate import recursion_metrics
-
             outcomes = self.conductor_reward.last_outcomes
             if not batch.second_rows or len(outcomes) < len(batch.inputs):
                 return
@@ -189,7 +218,7 @@ def make_recursive_trainer_class():
                 "recursion/second_round_rows": float(len(batch.second_rows)),
                 "recursion/contexts": float(len(set(batch.sources))),
                 "recursion/filled_share": batch.filled / len(batch.second_rows),
-                "recursion/keep_rate": sum(1 for o in parsed if o.keep) / len(parsed)
+                "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed)
                 if parsed
                 else 0.0,
                 **{
@@ -261,7 +290,7 @@ def make_recursive_trainer_class():
             )
 
             def keeps(r: int) -> bool:
-                return is_keep_text(texts[r], self.plan_max_steps, self.access_mode)
+                return is_keep_text(texts[r], self.options.max_steps, self.options.access_mode)
 
             for j in range(batch.pairs):
                 seconds = batch.second_rows[j * g : (j + 1) * g]
@@ -302,7 +331,7 @@ def make_recursive_trainer_class():
             by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
             for r, (_, outcome) in by_row.items():
                 self.rounds.cached[r] = outcome
-            if self.balance_sources:
+            if self.balance_sources and self.round2_contexts == "shared":
                 rng = Random(f"{self.args.seed}:{step}:sources")
                 g = batch.group
                 groups = [rows[j * g : (j + 1) * g] for j in range(batch.pairs)]
@@ -311,30 +340,25 @@ def make_recursive_trainer_class():
                 )
                 batch.sources = [grp[i] for grp, i in zip(groups, picks, strict=True) for _ in grp]
             tokenizer = self.processing_class
+            pool_size = len(self.conductor_reward.pool_config.workers)
             prompts: dict[int, list[int]] = {}
             ids: list[list[int]] = []
             for r2, source in zip(batch.second_rows, batch.sources, strict=True):
                 text, outcome = by_row[source]
-                offered = inputs[source].get("offered") or []
+                offered = inputs[source].get("offered") or list(range(pool_size))
                 plan_text = previous_plan_text(
-                    text, len(offered), self.plan_max_steps, self.access_mode
+                    text, len(offered), self.options.max_steps, self.options.access_mode
                 )
-                self.rounds.previous[r2] = PreviousRound(plan=plan_text, answer=outcome.answer)
+                previous = PreviousRound(plan=plan_text, answer=outcome.answer)
+                self.rounds.previous[r2] = previous
                 if outcome.infra_error:
                     self.rounds.excluded.add(r2)
                 if source not in prompts:
                     problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
-                    messages = prompt_messages(
-                        problem.question,
-                        len(offered),
-                        style=self.prompt_style,
-                        max_steps=self.plan_max_steps,
-                        access_mode=self.access_mode,
-                        previous_plan=plan_text,
-                        previous_answer=outcome.answer or "",
-                    )
+                    options = replace(self.options, worker_ids=tuple(offered))
+                    request = plan_request(problem.question, pool_size, options, previous=previous)
                     chat = tokenizer.apply_chat_template(
-                        messages, tokenize=False, add_generation_prompt=True
+                        plan_messages(request), tokenize=False, add_generation_prompt=True
                     )
                     prompts[source] = tokenizer(chat, add_special_tokens=False)["input_ids"]
                 ids.append(list(prompts[source]))
@@ -350,7 +374,9 @@ def make_recursive_trainer_class():
     return RecursiveGRPOTrainer
 
 
-def previous_plan_text(raw: str, num_workers: int, max_steps: int, access_mode: str) -> str:
+def previous_plan_text(
+    raw: str, num_workers: int, max_steps: int, access_mode: AccessMode | str
+) -> str:
     """The previous plan as the Conductor sees it: rendered when it parsed, else the raw text."""
     workflow, _ = try_parse_plan(
         raw, num_workers=num_workers, max_steps=max_steps, access_mode=AccessMode(access_mode)
@@ -358,3 +384,32 @@ def previous_plan_text(raw: str, num_workers: int, max_steps: int, access_mode: 
     if workflow is not None:
         return workflow.render()
     return raw.strip()[:MAX_PREVIOUS_PLAN_CHARS]
+
+
+def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> dict[str, float]:
+    """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order).
+
+    ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
+    that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
+    """
+    right = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.correct]
+    wrong = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.plan_ok and not a.correct]
+    scored1 = [a.reward for a in firsts if a.reward is not None]
+    scored2 = [b.reward for b in seconds if b.reward is not None]
+
+    def share(pairs: list[tuple[Outcome, Outcome]], keep: bool) -> float:
+        hits = sum(1 for _, b in pairs if b.plan_ok and b.kept == keep)
+        return hits / len(pairs) if pairs else 0.0
+
+    keep_right, keep_wrong = share(right, True), share(wrong, True)
+    return {
+        "keep_when_right": keep_right,
+        "keep_when_wrong": keep_wrong,
+        "revise_when_wrong": share(wrong, False),
+        "keep_discrimination": keep_right - keep_wrong,
+        "first_reward": sum(scored1) / len(scored1) if scored1 else 0.0,
+        "final_reward": sum(scored2) / len(scored2) if scored2 else 0.0,
+        "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),
+        "right_first": float(len(right)),
+        "wrong_first": float(len(wrong)),
+    }

@@ -1,9 +1,16 @@
-"""The GRPO reward: parse each plan, run it on the worker pool, grade the last step's output.
+"""The GRPO reward: each completion is run through :func:`~conductor_core.solve.solve` (the one
+place a plan is executed, in training, evaluation and serving) and graded.
 
 Reward per completion: 0 when the plan does not parse, 0.5 when it parses but the answer is wrong,
 1 when right, and ``None`` when the execution was spoiled by an infrastructure failure (TRL then
 leaves that sample out of the update). With ``executions_per_plan > 1`` the reward is the mean
-over the executions that were not spoiled.
+over the executions that were not spoiled (:func:`conductor_core.outcome.combine`).
+
+Cost-aware training (``reward.cost_weight`` = λ, reward points per dollar, 0 by default): a plan
+that parsed and was scored loses λ × its cost in dollars (the mean cost of one execution, worker
+prices from the pool): ``reward = graded - λ × cost`` (:func:`cost_adjusted`). Format errors (0)
+and infrastructure failures (``None``) are left as they are. ``Outcome.reward`` keeps the graded
+reward; the penalised one is what the trainer gets.
 
 TRL runs async reward functions on a background event-loop thread: :class:`ConductorReward`
 creates its :class:`~conductor_core.workers.pool.WorkerPool` lazily inside the loop that calls
@@ -16,53 +23,15 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from conductor_core.outcome import Outcome, combine, grade
+from conductor_core.policy.base import PreviousRound
+from conductor_core.policy.text import TextPlanSource
+from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workflow.executor import Budget, execute
-from conductor_core.workflow.model import ALL, AccessMode
-from conductor_core.workflow.parser import try_parse_plan
-
-
-@dataclass(frozen=True)
-class PreviousRound:
-    """What a recursion round builds on: the previous plan (as the Conductor wrote it, in the
-    offered numbering) and its final answer (``None`` when it produced none)."""
-
-    plan: str
-    answer: str | None
-
-
-@dataclass
-class PlanOutcome:
-    """The scored result of one completion (one plan)."""
-
-    reward: float | None
-    domain: str
-    plan_ok: bool = False
-    format_code: str | None = None
-    keep: bool = False
-    infra_error: bool = False
-    correct: bool | None = None
-    answer: str | None = None
-    steps: int = 0
-    workers: list[int] = field(default_factory=list)
-    all_access_steps: int = 0
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-
-    @property
-    def final_worker(self) -> int | None:
-        """Pool id of the worker whose output is the answer (the last step's)."""
-        return self.workers[-1] if self.workers else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (for sample-plan tables)."""
-        return asdict(self)
 
 
 def completion_text(completion: Any) -> str:
@@ -76,102 +45,57 @@ def completion_text(completion: Any) -> str:
     return str(completion or "")
 
 
-async def _grade(problem: Problem, answer: str | None):
-    """Grade ``answer`` (the async grader when available; graders are safe off the main thread)."""
-    from conductor_core.tasks import grading
-
-    agrade = getattr(grading, "agrade", None)
-    if agrade is not None:
-        return await agrade(problem, answer or "")
-    return await asyncio.to_thread(grading.grade, problem, answer or "")
-
-
-def _reward_value(plan_ok: bool, verdict: Any, infra_error: bool) -> float | None:
-    from conductor_core.tasks import grading
-
-    return grading.reward(plan_ok=plan_ok, verdict=verdict, infra_error=infra_error)
-
-
 async def score_plan(
     text: str,
     problem: Problem,
     pool: Any,
     offered: Sequence[int],
     *,
-    max_steps: int = 5,
-    access_mode: AccessMode | str = AccessMode.BINARY,
+    options: SolveOptions | None = None,
     executions: int = 1,
-    budget: Budget | None = None,
     sample_index: int = 0,
     previous: PreviousRound | None = None,
-) -> PlanOutcome:
-    """Parse ``text`` for the ``offered`` workers, run it on ``pool`` and grade it.
+) -> Outcome:
+    """Run the plan ``text`` (written for the ``offered`` workers) with :func:`solve` on ``pool``
+    and grade it. ``options`` gives the plan format (step limit, access mode) and the budget.
 
-    In a recursion round (``previous`` given) three empty lists keep the previous answer, which
-    is then graded; steps with ``"all"`` access see the previous answer.
+    In a recursion round (``previous`` given) the plan continues that round: three empty lists
+    keep the previous answer, which is then graded; steps with ``"all"`` access see it.
     """
-    domain = str(problem.domain)
-    workflow, error = try_parse_plan(
-        text,
-        num_workers=len(offered),
-        max_steps=max_steps,
-        access_mode=AccessMode(access_mode),
-        allow_empty=previous is not None,
+    options = replace(
+        options or SolveOptions(),
+        max_rounds=2 if previous is not None else 1,
+        worker_ids=tuple(offered),
     )
-    if workflow is None:
-        code = error.code.value if error is not None else "unparsable"
-        reward = _reward_value(False, None, False)
-        return PlanOutcome(reward=reward, domain=domain, format_code=code)
-    if workflow.is_keep and previous is not None:
-        verdict = await _grade(problem, previous.answer)
-        return PlanOutcome(
-            reward=_reward_value(True, verdict, False),
-            domain=domain,
-            plan_ok=True,
-            keep=True,
-            correct=bool(verdict.correct),
-            answer=previous.answer,
-        )
-    mapped = workflow.remap_workers(list(offered))
-    outcome = PlanOutcome(
-        reward=None,
-        domain=domain,
-        plan_ok=True,
-        steps=len(mapped),
-        workers=mapped.worker_ids(),
-        all_access_steps=sum(1 for s in mapped.steps if s.access == ALL),
-    )
-    rewards: list[float] = []
-    corrects: list[bool] = []
+    source = TextPlanSource(text)
+    outcomes: list[Outcome] = []
     for e in range(executions):
-        trace = await execute(
-            mapped,
+        trace = await solve(
             problem.question,
+            source,
             pool,
-            budget=budget or Budget(),
-            previous_answer=previous.answer if previous is not None else None,
+            options=options,
             sample_index=sample_index * executions + e,
+            previous=previous,
         )
-        outcome.calls += trace.calls
-        outcome.input_tokens += trace.input_tokens
-        outcome.output_tokens += trace.output_tokens
-        outcome.cost += trace.cost
-        if trace.infra_error:
-            continue
-        verdict = await _grade(problem, trace.answer)
-        value = _reward_value(True, verdict, False)
-        if value is None:
-            continue
-        rewards.append(value)
-        corrects.append(bool(verdict.correct))
-        if outcome.answer is None:
-            outcome.answer = trace.answer
-    if not rewards:
-        outcome.infra_error = True
-        return outcome
-    outcome.reward = sum(rewards) / len(rewards)
-    outcome.correct = sum(corrects) * 2 > len(corrects)
-    return outcome
+        outcomes.append(await grade(problem, trace))
+        if outcomes[-1].format_error or outcomes[-1].kept:
+            break  # nothing runs, so another execution would give the same
+    return combine(outcomes)
+
+
+def cost_adjusted(outcome: Outcome, cost_weight: float, executions: int = 1) -> float | None:
+    """The reward the trainer gets: ``outcome.reward - cost_weight * cost``.
+
+    ``cost`` is the plan's cost in dollars for one execution (``outcome.cost`` summed over
+    ``executions`` executions, so divided by it). Only plans that parsed and were scored pay:
+    a format error keeps its 0, an infrastructure failure its ``None``; a kept answer (recursion
+    round with three empty lists) runs nothing and costs nothing. ``cost_weight`` 0 returns the
+    graded reward unchanged.
+    """
+    if outcome.reward is None or not cost_weight or not outcome.plan_ok:
+        return outcome.reward
+    return outcome.reward - cost_weight * outcome.cost / max(1, executions)
 
 
 def best_workers(pool: PoolConfig) -> dict[str, int]:
@@ -187,12 +111,18 @@ def best_workers(pool: PoolConfig) -> dict[str, int]:
 
 
 def summarize(
-    outcomes: Sequence[PlanOutcome],
+    outcomes: Sequence[Outcome],
     *,
     pool_size: int,
     best: Mapping[str, int] | None = None,
+    cost_weight: float = 0.0,
+    executions: int = 1,
 ) -> dict[str, float]:
     """Batch metrics: reward, format-error and infra rates, steps, access, worker shares, cost.
+
+    ``reward_mean`` / ``reward_std`` are of the graded rewards; with ``cost_weight`` > 0,
+    ``cost_penalty`` is the mean penalty λ × cost over the scored plans (:func:`cost_adjusted`)
+    and ``adjusted_reward_mean`` the mean reward the trainer got.
 
     Worker shares count the workers of every step of the parsed plans (overall and per domain).
     ``best_worker_share`` is the share of parsed, non-keep plans whose answering (last) step is
@@ -203,8 +133,8 @@ def summarize(
         return {}
     scored = [o.reward for o in outcomes if o.reward is not None]
     parsed = [o for o in outcomes if o.plan_ok]
-    ran = [o for o in parsed if not o.keep]
-    steps_total = sum(o.steps for o in ran)
+    ran = [o for o in parsed if not o.kept]
+    steps_total = sum(o.plan_len or 0 for o in ran)
     out: dict[str, float] = {
         "reward_mean": sum(scored) / len(scored) if scored else 0.0,
         "reward_std": _std(scored),
@@ -214,11 +144,16 @@ def summarize(
         "all_access_share": sum(o.all_access_steps for o in ran) / steps_total
         if steps_total
         else 0.0,
-        "keep_rate": sum(1 for o in parsed if o.keep) / len(parsed) if parsed else 0.0,
+        "keep_rate": sum(1 for o in parsed if o.kept) / len(parsed) if parsed else 0.0,
         "calls_per_plan": sum(o.calls for o in outcomes) / n,
         "tokens_per_plan": sum(o.input_tokens + o.output_tokens for o in outcomes) / n,
         "cost_per_plan": sum(o.cost for o in outcomes) / n,
     }
+    if cost_weight:
+        adjusted = [cost_adjusted(o, cost_weight, executions) for o in outcomes]
+        pairs = [(o.reward, a) for o, a in zip(outcomes, adjusted, strict=True) if a is not None]
+        out["cost_penalty"] = sum((r or 0.0) - a for r, a in pairs) / len(pairs) if pairs else 0.0
+        out["adjusted_reward_mean"] = sum(a for _, a in pairs) / len(pairs) if pairs else 0.0
     counts: Counter[int] = Counter()
     per_domain: dict[str, Counter[int]] = defaultdict(Counter)
     for o in ran:
@@ -257,7 +192,7 @@ class RoundState:
     """
 
     previous: dict[int, PreviousRound] = field(default_factory=dict)
-    cached: dict[int, PlanOutcome] = field(default_factory=dict)
+    cached: dict[int, Outcome] = field(default_factory=dict)
     excluded: set[int] = field(default_factory=set)
 
     def clear(self) -> None:
@@ -272,14 +207,15 @@ class ConductorReward:
 
     Args:
         problems: every problem a dataset row may name, by id.
-        pool_config: the pool plans run on (its simulated workers use ``bank``).
-        bank: problem bank for simulated workers.
-        max_steps, access_mode: the plan format (as stated in the prompt).
+        pool_config: the pool plans run on.
+        options: the stage's solve options (:func:`conductor_core.train.data.stage_options`):
+            the plan format as the prompt states it, and the per-plan budget.
         executions: executions averaged per plan.
-        budget: per-plan budget.
         max_concurrent: plans executed at the same time (calls are also bounded per worker).
         rounds: the recursion context of the current batch (recursive stage only).
-        pool_factory: builds the pool (default: ``WorkerPool(pool_config, bank=bank)``).
+        pool_factory: builds the pool (default: ``WorkerPool(pool_config)``).
+        cost_weight: λ, reward points per dollar taken off each scored plan's reward
+            (:func:`cost_adjusted`; ``reward.cost_weight``); 0 leaves rewards as graded.
     """
 
     __name__ = "conductor"
@@ -289,29 +225,25 @@ class ConductorReward:
         problems: Mapping[str, Problem],
         pool_config: PoolConfig,
         *,
-        bank: Any = None,
-        max_steps: int = 5,
-        access_mode: AccessMode | str = AccessMode.BINARY,
+        options: SolveOptions | None = None,
         executions: int = 1,
-        budget: Budget | None = None,
         max_concurrent: int = 256,
         rounds: RoundState | None = None,
         pool_factory: PoolFactory | None = None,
+        cost_weight: float = 0.0,
     ) -> None:
         self.problems = dict(problems)
         self.pool_config = pool_config
-        self.bank = bank
-        self.max_steps = max_steps
-        self.access_mode = AccessMode(access_mode)
+        self.options = options or SolveOptions()
         self.executions = executions
-        self.budget = budget
         self.max_concurrent = max_concurrent
         self.rounds = rounds
         self._pool_factory = pool_factory
+        self.cost_weight = float(cost_weight)
         self._pool: Any = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self.best = best_workers(pool_config)
-        self.last_outcomes: list[PlanOutcome] = []
+        self.last_outcomes: list[Outcome] = []
         self.last_texts: list[str] = []
         self.last_ids: list[str] = []
         self.last_metrics: dict[str, float] = {}
@@ -326,7 +258,7 @@ class ConductorReward:
             else:
                 from conductor_core.workers.pool import WorkerPool
 
-                self._pool = WorkerPool(self.pool_config, bank=self.bank)
+                self._pool = WorkerPool(self.pool_config)
             self._pool_loop = loop
         return self._pool
 
@@ -346,7 +278,7 @@ class ConductorReward:
         base_index: int = 0,
         previous: Sequence[PreviousRound | None] | None = None,
         rounds: RoundState | None = None,
-    ) -> list[PlanOutcome]:
+    ) -> list[Outcome]:
         """Score plans concurrently (at most ``max_concurrent`` at once), in input order.
 
         With ``rounds``, cached outcomes are reused, excluded rows score ``None`` and rows with a
@@ -356,7 +288,7 @@ class ConductorReward:
         sem = asyncio.Semaphore(self.max_concurrent)
         pool_size = len(self.pool_config.workers)
 
-        async def one(i: int) -> PlanOutcome:
+        async def one(i: int) -> Outcome:
             pid = problem_ids[i]
             problem = self.problems.get(pid)
             if problem is None:
@@ -367,7 +299,7 @@ class ConductorReward:
                 if i in rounds.cached:
                     return rounds.cached[i]
                 if i in rounds.excluded:
-                    return PlanOutcome(reward=None, domain=str(problem.domain), infra_error=True)
+                    return Outcome(reward=None, domain=str(problem.domain), infra_error=True)
                 prev = rounds.previous.get(i, prev)
             async with sem:
                 return await score_plan(
@@ -375,10 +307,8 @@ class ConductorReward:
                     problem,
                     pool,
                     ids,
-                    max_steps=self.max_steps,
-                    access_mode=self.access_mode,
+                    options=self.options,
                     executions=self.executions,
-                    budget=self.budget,
                     sample_index=base_index + i,
                     previous=prev,
                 )
@@ -409,13 +339,17 @@ class ConductorReward:
         self.last_texts = texts
         self.last_ids = list(problem_id)
         self.last_metrics = summarize(
-            outcomes, pool_size=len(self.pool_config.workers), best=self.best
+            outcomes,
+            pool_size=len(self.pool_config.workers),
+            best=self.best,
+            cost_weight=self.cost_weight,
+            executions=self.executions,
         )
         if log_metric is not None:
             for name, value in self.last_metrics.items():
                 if name not in ("reward_mean", "reward_std"):
                     log_metric(f"conductor/{name}", value)
         if log_extra is not None:
-            log_extra("format_error", [o.format_code or "" for o in outcomes])
+            log_extra("format_error", [o.format_error_code or "" for o in outcomes])
             log_extra("final_worker", [o.final_worker for o in outcomes])
-        return [o.reward for o in outcomes]
+        return [cost_adjusted(o, self.cost_weight, self.executions) for o in outcomes]

@@ -6,10 +6,12 @@ names of key variables) as params, per-step metrics, a table of sample plans, ar
 the end, the model folder (registered with an alias through
 :func:`conductor_core.track.registry.log_and_register_model`, loadable with ``load_model_dir``).
 
-Which run it logs into: ``MLFLOW_RUN_ID`` when set; else, when the stage resumes from a
-checkpoint, the run recorded in ``<output_dir>/mlflow_run.json`` (same tracking URI), re-opened;
-else a new run, recorded in that file. A crashed run is ended ``FAILED``; the resumed run ends
-``FINISHED``.
+Which run it logs into: ``MLFLOW_RUN_ID`` when set; else, inside a pipeline
+(``tracking.parent_run_id``), the stage's nested run under that pipeline run (see
+:func:`conductor_core.track.pipeline_runs.stage_run`: found by its stage tag, so a retried or
+resumed stage logs into the same run); else, when the stage resumes from a checkpoint, the run
+recorded in ``<output_dir>/mlflow_run.json`` (same tracking URI), re-opened; else a new run,
+recorded in that file. A crashed run is ended ``FAILED``; the resumed run ends ``FINISHED``.
 
 Local default store: ``sqlite:///<output_dir>/mlflow.db`` (MLflow 3.13+ refuses a plain
 ``./mlruns`` file store) with artifacts under ``<output_dir>/mlartifacts``.
@@ -59,9 +61,9 @@ class Tracker(Protocol):
         ...
 
     def log_model(
-        self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
+        self, model_dir: str | Path, *, registered_name: str | None, alias: str
     ) -> str | None:
-        """Log the trained model; register it with ``alias`` when a name is given."""
+        """Log the saved model folder; register it with ``alias`` when a name is given."""
         ...
 
     def finish(self, status: str = "FINISHED") -> None:
@@ -98,7 +100,7 @@ class NoopTracker:
         """Nothing to upload."""
 
     def log_model(
-        self, model: Any, tokenizer: Any, *, registered_name: str | None, alias: str
+        self, model_dir: str | Path, *, registered_name: str | None, alias: str
     ) -> str | None:
         """Nothing to log."""
         return None
@@ -184,6 +186,10 @@ class MlflowTracker(RunTracker):
         resume: re-open the run recorded in ``run_file`` (when no ``MLFLOW_RUN_ID`` is set).
         mirror: a second record (``s3://`` key or path) next to the checkpoints, read when
             ``run_file`` holds none: a pod that lost its output dir still finds its run.
+        parent_run_id: a pipeline run (from
+            :func:`~conductor_core.track.pipeline_runs.pipeline_run`): log into its nested run
+            of ``stage`` (created, or found again) unless ``MLFLOW_RUN_ID`` is set.
+        stage: the stage's name under ``parent_run_id`` (default: ``run_name``, else ``train``).
     """
 
     def __init__(
@@ -196,6 +202,8 @@ class MlflowTracker(RunTracker):
         run_file: str | Path | None = None,
         resume: bool = False,
         mirror: str | None = None,
+        parent_run_id: str | None = None,
+        stage: str | None = None,
     ) -> None:
         location = None
         if artifact_root is not None and tracking_uri.startswith("sqlite:"):
@@ -206,6 +214,8 @@ class MlflowTracker(RunTracker):
         self.run_file = Path(run_file) if run_file is not None else None
         self.resume = resume
         self.mirror = mirror
+        self.parent_run_id = parent_run_id
+        self.stage = stage or run_name or "train"
 
     @property
     def mlflow(self) -> Any:
@@ -214,15 +224,34 @@ class MlflowTracker(RunTracker):
 
         return mlflow_module()
 
+    def _start_stage_run(self, parent_run_id: str) -> None:
+        """Open (or re-open) the nested run of :attr:`stage` under ``parent_run_id``."""
+        from conductor_core.track.pipeline_runs import TAG_STAGE, find_nested_run, stage_run
+
+        existing = find_nested_run(
+            parent_run_id, {TAG_STAGE: self.stage}, tracking_uri=self.tracking_uri
+        )
+        ctx = stage_run(parent_run_id, self.stage, tracking_uri=self.tracking_uri)
+        run = ctx.__enter__()
+        self._ctx = ctx
+        self.run_id = run.info.run_id
+        self.resumed = existing is not None
+
     def start(self) -> None:
-        """Open the run (injected, resumed or new) and record it in ``run_file``."""
+        """Open the run (injected, a pipeline's stage run, resumed or new) and record it in
+        ``run_file``."""
+        if self._ctx is not None:
+            return
         records = [r for r in (self.run_file, self.mirror) if r is not None]
-        if self.resume and self.resume_run_id is None:
-            for record in records:
-                self.resume_run_id = read_run_file(record, self.tracking_uri)
-                if self.resume_run_id:
-                    break
-        super().start()
+        if self.parent_run_id and not os.environ.get("MLFLOW_RUN_ID"):
+            self._start_stage_run(self.parent_run_id)
+        else:
+            if self.resume and self.resume_run_id is None:
+                for record in records:
+                    self.resume_run_id = read_run_file(record, self.tracking_uri)
+                    if self.resume_run_id:
+                        break
+            super().start()
         if self.run_id is None:
             return
         for record in records:
@@ -246,7 +275,9 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
 
     The MLflow tracker records its run in ``<output_dir>/mlflow_run.json`` (and, with S3
     checkpoints, in ``<checkpoint.dir>/mlflow_run.json``) and, when the stage resumes from a
-    checkpoint (``resume``; None looks it up), re-opens the run recorded there.
+    checkpoint (``resume``; None looks it up), re-opens the run recorded there. With
+    ``tracking.parent_run_id`` it logs into the pipeline run's nested run named after
+    ``config.stage`` instead.
     """
     from conductor_core.train.storage import is_s3
 
@@ -263,4 +294,6 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
         run_file=out / RUN_FILE,
         resume=has_checkpoint(config) if resume is None else resume,
         mirror=f"{ckpt.rstrip('/')}/{RUN_FILE}" if is_s3(ckpt) else None,
+        parent_run_id=spec.parent_run_id,
+        stage=str(config.stage),
     )

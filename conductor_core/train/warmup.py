@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
+from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import stage_prompt
@@ -88,7 +89,7 @@ def warmup_texts(
             if rng.random() < 0.5:
                 shown = hedge_answer(p, shown, rng)
             messages = stage_prompt(
-                config, p.question, pool_size, previous_plan=plan, previous_answer=shown
+                config, p.question, pool_size, previous=PreviousRound(plan=plan, answer=shown)
             )
             if rng.random() < 0.5:
                 plan = KEEP_PLAN

@@ -5,15 +5,20 @@ A worker names the environment variable that holds its key (``api_key_env``), ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from conductor_core.errors import ConfigError
+from conductor_core.configfiles import read_yaml_file
+from conductor_core.errors import ConfigError, format_validation_error
 
 ProviderName = Literal["openai", "anthropic", "gemini", "transformers", "simulated"]
+
+BUNDLED_PROBLEM_SETS = ("bundled", "bundled-train")
+"""Special names in ``simulation.problems``: the bundled demo problems and the bundled training
+problems (never resolved as paths)."""
 
 
 class GenerationParams(BaseModel):
@@ -63,7 +68,8 @@ class SimulationProfile(BaseModel):
     are the chances that an answer ends with a sentence of doubt: a calibration cue like the one
     real models give (they hedge more often when wrong), which a Conductor can learn to read in
     a recursion round. Latency and output length are drawn from normal distributions (clipped at
-    zero). Same seed, same answers.
+    zero). Same seed, same answers. ``problems`` names the problem files whose questions the
+    worker knows (other questions get a generic reply).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,6 +85,14 @@ class SimulationProfile(BaseModel):
     output_tokens_jitter: int = Field(default=50, ge=0)
     failures: FailureRates = Field(default_factory=FailureRates)
     seed: int = 0
+    problems: list[str] = Field(
+        default_factory=lambda: ["bundled"],
+        description="Problem files (JSONL or Parquet) whose questions this simulated worker "
+        "knows. Special names: 'bundled' (the bundled demo problems, "
+        "conductor_core/resources/problems/demo.jsonl) and 'bundled-train' (the bundled training "
+        "problems, conductor_core/resources/train/problems.jsonl). A relative path resolves "
+        "against the folder of the pool YAML file it was loaded from, else the working directory.",
+    )
 
     @model_validator(mode="after")
     def _check_skills(self) -> SimulationProfile:
@@ -187,6 +201,25 @@ class PoolConfig(BaseModel):
         ]
         return self.model_copy(update={"workers": workers})
 
+    def with_simulation_problems(
+        self, paths: Sequence[str | Path], *, replace: bool = False
+    ) -> PoolConfig:
+        """A copy whose simulated workers also know (``replace=True``: only know) the problem
+        files ``paths`` (see :attr:`SimulationProfile.problems`; relative paths resolve against
+        the working directory now). Other workers are unchanged."""
+        added = [_problems_entry(p, Path.cwd()) for p in paths]
+        workers = []
+        for w in self.workers:
+            if w.provider != "simulated":
+                workers.append(w)
+                continue
+            profile = w.simulation or SimulationProfile()
+            known = added if replace else [*profile.problems, *added]
+            problems = list(dict.fromkeys(known))
+            simulation = profile.model_copy(update={"problems": problems})
+            workers.append(w.model_copy(update={"simulation": simulation}))
+        return self.model_copy(update={"workers": workers})
+
     def public_dict(self) -> dict[str, Any]:
         """A dict safe to log: key env var names are kept, no secret values exist in the config."""
         return self.model_dump(mode="json")
@@ -195,17 +228,18 @@ class PoolConfig(BaseModel):
 def load_pool(path: str | Path) -> PoolConfig:
     """Load and validate a pool YAML file. Errors name the field and the fix."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"pool config not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    return parse_pool(data, origin=str(path))
+    data = read_yaml_file(path, f"pool config not found: {path}")
+    return parse_pool(data, origin=str(path), base_dir=path.parent)
 
 
-def parse_pool(data: Any, origin: str = "pool config") -> PoolConfig:
-    """Validate a pool config given as a dict (e.g. parsed YAML)."""
+def parse_pool(
+    data: Any, origin: str = "pool config", *, base_dir: str | Path | None = None
+) -> PoolConfig:
+    """Validate a pool config given as a dict (e.g. parsed YAML).
+
+    With ``base_dir``, relative ``simulation.problems`` paths are made absolute against it (the
+    folder of the pool file); without, they stay relative (to the working directory).
+    """
     if isinstance(data, list):
         data = {"workers": data}
     if not isinstance(data, dict):
@@ -213,15 +247,30 @@ def parse_pool(data: Any, origin: str = "pool config") -> PoolConfig:
     # Top-level keys starting with "x-" hold YAML anchors to reuse (as in docker-compose files).
     data = {k: v for k, v in data.items() if not str(k).startswith("x-")}
     try:
-        return PoolConfig.model_validate(data)
+        pool = PoolConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{origin}: " + format_validation_error(exc)) from exc
+    if base_dir is not None:
+        pool = _resolve_problems(pool, Path(base_dir))
+    return pool
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: ``field.path: message``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+def _problems_entry(path: str | Path, base_dir: Path) -> str:
+    """A ``simulation.problems`` entry: a special name as is, else an absolute path."""
+    text = str(path)
+    if text in BUNDLED_PROBLEM_SETS:
+        return text
+    return str((base_dir / Path(text).expanduser()).resolve())
+
+
+def _resolve_problems(pool: PoolConfig, base_dir: Path) -> PoolConfig:
+    """``pool`` with its simulated workers' relative problem paths made absolute."""
+    workers = []
+    for w in pool.workers:
+        if w.simulation is not None:
+            problems = [_problems_entry(p, base_dir) for p in w.simulation.problems]
+            w = w.model_copy(
+                update={"simulation": w.simulation.model_copy(update={"problems": problems})}
+            )
+        workers.append(w)
+    return pool.model_copy(update={"workers": workers})

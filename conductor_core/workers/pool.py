@@ -90,8 +90,7 @@ class WorkerPool:
     """Runs calls on the workers of a :class:`PoolConfig`; worker id = position in the config.
 
     Args:
-        config: the pool.
-        bank: problem bank handed to simulated providers.
+        config: the pool (a simulated worker knows the problems of its ``simulation.problems``).
         providers: one provider per worker, overriding :func:`build_provider` (tests, custom
             backends). Must have the same length as ``config.workers``.
         clock: monotonic time in seconds; defaults to the running event loop's ``time()`` (the
@@ -109,7 +108,6 @@ class WorkerPool:
         self,
         config: PoolConfig,
         *,
-        bank: Any = None,
         providers: list[Provider] | None = None,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
@@ -123,9 +121,7 @@ class WorkerPool:
                 f"{len(config.workers)} workers"
             )
         if providers is None:
-            providers = [
-                build_provider(w, bank=bank, worker_id=i) for i, w in enumerate(config.workers)
-            ]
+            providers = [build_provider(w, worker_id=i) for i, w in enumerate(config.workers)]
         self._providers = list(providers)
         self._clock = clock or _loop_time
         self._sleep = sleep or asyncio.sleep

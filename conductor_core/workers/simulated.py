@@ -1,7 +1,9 @@
 """Simulated workers: deterministic skill profiles over a bank of known problems.
 
-A :class:`SimulatedProvider` answers worker messages without any model. When the question is in
-its :class:`ProblemBank` it is right with probability ``skills[domain]`` (raised to
+A :class:`SimulatedProvider` answers worker messages without any model. Its
+:class:`ProblemBank` holds the problems of the files named in its config
+(``simulation.problems``, read once per file and shared through :func:`bank_for`). When the
+question is in its bank it is right with probability ``skills[domain]`` (raised to
 ``verify_skill`` when a right answer is already visible in an earlier step or the previous
 answer) and answers in the domain's format (``\\boxed{...}`` for math, ``Answer: X`` for multiple
 choice, a fenced Python block for code, the bare string for free-form). Unknown questions get a
@@ -22,8 +24,9 @@ import hashlib
 import json
 import re
 import string
+import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib import resources
@@ -32,7 +35,7 @@ from random import Random
 
 from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import Domain, Problem, read_problems
-from conductor_core.workers.config import SimulationProfile, WorkerConfig
+from conductor_core.workers.config import PoolConfig, SimulationProfile, WorkerConfig
 from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
 
 __all__ = [
@@ -42,12 +45,16 @@ __all__ = [
     "ProblemBank",
     "SimulatedProvider",
     "VisibleStep",
+    "bank_for",
     "broken_code",
     "bundled_pool_path",
     "bundled_problems_path",
+    "bundled_train_problems_path",
+    "clear_bank_cache",
     "hedge_answer",
     "is_right_text",
-    "load_bank",
+    "known_problem",
+    "known_problems",
     "normalize_text",
     "parse_worker_message",
     "render_answer",
@@ -68,6 +75,11 @@ def bundled_pool_path() -> Path:
 def bundled_problems_path() -> Path:
     """Path of the bundled demo problems (math, mcq, code, freeform; JSONL)."""
     return Path(str(resources.files("conductor_core.resources") / "problems" / "demo.jsonl"))
+
+
+def bundled_train_problems_path() -> Path:
+    """Path of the bundled training problems (math, mcq, freeform; JSONL)."""
+    return Path(str(resources.files("conductor_core.resources") / "train" / "problems.jsonl"))
 
 
 def normalize_text(text: str) -> str:
@@ -201,13 +213,113 @@ def _stable_int(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256(blob.encode("utf-8")).digest()[:8], "big")
 
 
+# -- the banks of simulated workers ---------------------------------------------------------------
+
+_SPECIAL_PROBLEMS = {
+    "bundled": bundled_problems_path,
+    "bundled-train": bundled_train_problems_path,
+}
+_MAX_CACHED = 64
+_cache_lock = threading.Lock()
+_file_cache: OrderedDict[tuple[str, int, int], list[Problem]] = OrderedDict()
+_bank_cache: OrderedDict[tuple[tuple[str, int, int], ...], ProblemBank] = OrderedDict()
+
+
+def _problems_file(entry: str | Path) -> Path:
+    """The file an entry of ``simulation.problems`` names (a special name or a path)."""
+    special = _SPECIAL_PROBLEMS.get(str(entry))
+    path = special() if special is not None else Path(entry).expanduser()
+    path = path.resolve()
+    if not path.is_file():
+        raise ConfigError(
+            f"simulation.problems: problems file not found: {path} "
+            "(give a .jsonl or .parquet file, or 'bundled' / 'bundled-train')"
+        )
+    return path
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _cached(cache: OrderedDict, key, make):
+    with _cache_lock:
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+    value = make()
+    with _cache_lock:
+        value = cache.setdefault(key, value)
+        cache.move_to_end(key)
+        while len(cache) > _MAX_CACHED:
+            cache.popitem(last=False)
+    return value
+
+
+def bank_for(paths: Sequence[str | Path]) -> ProblemBank:
+    """The bank of the problems in the files ``paths`` (in order; the first of two problems with
+    the same question wins).
+
+    Entries are those of :attr:`SimulationProfile.problems`: ``bundled``, ``bundled-train`` or a
+    path (a relative one against the working directory). Each file is read once per (resolved
+    path, modification time, size) and the bank of a list of files is built once, so the
+    simulated workers of a pool share one bank. Raises :class:`ConfigError` for a missing file.
+    """
+    keys = tuple(_file_key(_problems_file(p)) for p in paths)
+
+    def build() -> ProblemBank:
+        problems: list[Problem] = []
+        for key in keys:
+            problems.extend(_cached(_file_cache, key, lambda k=key: read_problems(k[0])))
+        return ProblemBank(problems)
+
+    return _cached(_bank_cache, keys, build)
+
+
+def clear_bank_cache() -> None:
+    """Forget the files and banks :func:`bank_for` has read."""
+    with _cache_lock:
+        _file_cache.clear()
+        _bank_cache.clear()
+
+
+def _simulated_problems(config: PoolConfig) -> list[list[str]]:
+    return [
+        (w.simulation or SimulationProfile()).problems
+        for w in config.workers
+        if w.provider == "simulated"
+    ]
+
+
+def known_problems(config: PoolConfig) -> ProblemBank | None:
+    """The bank of every problem the pool's simulated workers know (None: no simulated worker)."""
+    lists = _simulated_problems(config)
+    if not lists:
+        return None
+    return bank_for(list(dict.fromkeys(p for problems in lists for p in problems)))
+
+
+def known_problem(config: PoolConfig, question: str) -> Problem | None:
+    """The problem ``question`` is, when a simulated worker of the pool knows it, else None."""
+    for problems in _simulated_problems(config):
+        found = bank_for(problems).get(question)
+        if found is not None:
+            return found
+    return None
+
+
 class SimulatedProvider:
-    """A worker that answers from a :class:`ProblemBank` with a seeded skill profile."""
+    """A worker that answers from a :class:`ProblemBank` with a seeded skill profile.
+
+    The bank is :func:`bank_for` the config's ``simulation.problems`` (read when the provider is
+    built, so a missing file fails then); ``bank`` replaces it (tests).
+    """
 
     def __init__(self, config: WorkerConfig, bank: ProblemBank | None = None) -> None:
         self.config = config
         self.profile: SimulationProfile = config.simulation or SimulationProfile()
-        self.bank = bank if bank is not None else ProblemBank([])
+        self.bank = bank if bank is not None else bank_for(self.profile.problems)
         self._attempts: OrderedDict[int, int] = OrderedDict()
 
     # -- the Provider protocol -------------------------------------------------------------------
@@ -574,13 +686,3 @@ def _generic_answer(parsed: ParsedMessage, rng: Random) -> str:
     if len(topic) > 120:
         topic = topic[:117] + "..."
     return f"{rng.choice(_GENERIC_OPENERS)} Regarding: {topic}\n\n{rng.choice(_GENERIC_BODIES)}"
-
-
-def load_bank(path: str | Path | None) -> ProblemBank:
-    """The bank at ``path``, or the bundled demo bank when ``path`` is None."""
-    if path is None:
-        return ProblemBank.bundled()
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"problems file not found: {path} (give a .jsonl or .parquet file)")
-    return ProblemBank.from_file(path)

@@ -5,33 +5,110 @@ markers in one pass, so text such as a question containing ``{{models}}`` is nev
 Bump :data:`PROMPT_VERSION` whenever a template changes: trained Conductors depend on the exact
 wording, and traces record the version.
 
+Two prompt styles (:class:`PromptStyle`): ``full`` (the paper's prompt with worked examples) and
+``compact`` (a short prompt for tiny models). Every plan source and the training data build the
+Conductor's messages with :func:`plan_messages` from a plan request, so a model is asked at
+serving time exactly as it was trained; a trained model's style is saved next to its weights
+(:func:`save_prompt_spec`) and read back when it is loaded (:func:`load_prompt_spec`).
+
 Workers appear to the Conductor only as anonymous numbered models ("Model 0", "Model 1", ...),
-optionally with one line of description each (descriptor mode).
+optionally with one line of description each (descriptor mode; ``full`` style only).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from conductor_core.workflow.model import AccessMode
 
 __all__ = [
+    "PROMPT_SPEC_FILE",
     "PROMPT_VERSION",
+    "PromptSpec",
+    "PromptStyle",
+    "compact_prompt",
     "conductor_messages",
     "conductor_prompt",
+    "load_prompt_spec",
+    "plan_messages",
     "prompt_digest",
-    "prompt_from_request",
     "recursion_prompt",
+    "save_prompt_spec",
     "worked_examples",
     "worker_message",
 ]
 
 PROMPT_VERSION = "1"
 """Version of the prompt templates; bump it whenever a template's wording changes."""
+
+PROMPT_SPEC_FILE = "conductor_prompt.json"
+"""Written next to a trained Conductor's weights: how the model was asked during training."""
+
+
+class PromptStyle(StrEnum):
+    """How the Conductor is asked for a plan."""
+
+    FULL = "full"
+    """The paper's prompt: role, format, worked examples, the question, the model list."""
+    COMPACT = "compact"
+    """A short prompt (model list, one-line format, the question last) for tiny models."""
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """How a trained Conductor was asked: saved with its weights, read back when it is loaded."""
+
+    style: PromptStyle = PromptStyle.FULL
+    version: str = PROMPT_VERSION
+    max_plan_tokens: int | None = None
+    """The longest plan (in tokens) the model was trained to write; plan sources cap generation
+    there (a model trained on truncated completions may never learn to stop)."""
+
+
+def save_prompt_spec(
+    model_dir: str | Path, style: PromptStyle | str, max_plan_tokens: int | None = None
+) -> Path:
+    """Write :data:`PROMPT_SPEC_FILE` into ``model_dir`` (the folder of saved weights)."""
+    path = Path(model_dir) / PROMPT_SPEC_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {
+        "prompt_style": PromptStyle(style).value,
+        "prompt_version": PROMPT_VERSION,
+    }
+    if max_plan_tokens is not None:
+        data["max_plan_tokens"] = int(max_plan_tokens)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_prompt_spec(model_dir: str | Path) -> PromptSpec | None:
+    """The prompt spec saved in ``model_dir``, or None when the folder has none (a model that was
+    not trained here). A malformed file raises ``ValueError`` naming it."""
+    path = Path(model_dir) / PROMPT_SPEC_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        limit = data.get("max_plan_tokens")
+        return PromptSpec(
+            style=PromptStyle(data["prompt_style"]),
+            version=str(data.get("prompt_version", PROMPT_VERSION)),
+            max_plan_tokens=int(limit) if limit is not None else None,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: not a valid prompt spec ({exc}); expected "
+            f'{{"prompt_style": "full" | "compact", "prompt_version": "..."}}'
+        ) from exc
+
 
 _MARKER = re.compile(r"\{\{(\w+)\}\}")
 _EXAMPLE_SEPARATOR = "%%"
@@ -174,23 +251,63 @@ def recursion_prompt(
     return f"{base}\n\n{section}"
 
 
+def compact_prompt(
+    question: str,
+    workers: Workers,
+    *,
+    max_steps: int = 5,
+    previous_plan: str | None = None,
+    previous_answer: str | None = None,
+) -> str:
+    """The ``compact`` Conductor prompt (with the recursion section when a previous round is
+    given). The question comes last, next to where the plan starts, so that a tiny model can
+    attend to it."""
+    text = _fill(
+        _template("compact"),
+        {
+            "models": ", ".join(str(i) for i in _model_ids(workers)),
+            "max_steps": str(max_steps),
+            "question": question.strip(),
+        },
+    )
+    if previous_plan is None:
+        return text
+    section = _fill(
+        _template("compact_recursion"),
+        {
+            "previous_plan": previous_plan.strip(),
+            "previous_answer": (previous_answer or "").strip(),
+        },
+    )
+    return f"{text}\n\n{section}"
+
+
 def conductor_messages(
     question: str,
     workers: Workers,
     *,
+    style: PromptStyle | str = PromptStyle.FULL,
     max_steps: int = 5,
     access_mode: AccessMode | str = AccessMode.BINARY,
     descriptors: Sequence[str] | None = None,
     previous_plan: str | None = None,
     previous_answer: str | None = None,
 ) -> list[dict[str, str]]:
-    """The Conductor's prompt in chat form (one user message).
+    """The Conductor's prompt in chat form (one user message), in prompt ``style``.
 
     With ``previous_plan`` and ``previous_answer`` it is the recursion round's prompt.
     """
     if (previous_plan is None) != (previous_answer is None):
         raise ValueError("previous_plan and previous_answer: give both (a recursion round) or none")
-    if previous_plan is not None and previous_answer is not None:
+    if PromptStyle(style) is PromptStyle.COMPACT:
+        text = compact_prompt(
+            question,
+            workers,
+            max_steps=max_steps,
+            previous_plan=previous_plan,
+            previous_answer=previous_answer,
+        )
+    elif previous_plan is not None and previous_answer is not None:
         text = recursion_prompt(
             question,
             workers,
@@ -211,24 +328,23 @@ def conductor_messages(
     return [{"role": "user", "content": text}]
 
 
-def prompt_from_request(request: Any) -> str:
-    """The Conductor's prompt for a ``PlanRequest`` (``conductor_core.policy.base``).
-
-    Uses the request's workers (renumbered ids as offered), their descriptions when
-    ``request.descriptors`` is set, and the recursion prompt when ``request.previous`` is set.
-    """
+def plan_messages(request: Any) -> list[dict[str, str]]:
+    """The chat messages asking a Conductor for a plan for a ``PlanRequest``
+    (``conductor_core.policy.base``): its offered workers (renumbered as offered), their
+    descriptions in descriptor mode, its prompt style, and the recursion prompt when
+    ``request.previous`` is set. Training data, evaluation and every plan source use this."""
     workers = list(request.workers)
-    descriptors = [w.description for w in workers] if request.descriptors else None
-    kwargs: dict[str, Any] = {
-        "max_steps": request.max_steps,
-        "access_mode": request.access_mode,
-        "descriptors": descriptors,
-    }
-    if request.previous is not None:
-        return recursion_prompt(
-            request.question, workers, request.previous.plan, request.previous.answer, **kwargs
-        )
-    return conductor_prompt(request.question, workers, **kwargs)
+    previous = request.previous
+    return conductor_messages(
+        request.question,
+        workers,
+        style=request.prompt_style,
+        max_steps=request.max_steps,
+        access_mode=request.access_mode,
+        descriptors=[w.description for w in workers] if request.descriptors else None,
+        previous_plan=previous.plan if previous is not None else None,
+        previous_answer=(previous.answer or "") if previous is not None else None,
+    )
 
 
 def worker_message(

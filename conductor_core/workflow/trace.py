@@ -78,3 +78,74 @@ class SolveTrace(BaseModel):
     output_tokens: int = 0
     cost: float = 0.0
     wall_s: float = 0.0
+
+
+class TraceSummary(BaseModel):
+    """The figures of one solved question, built from its :class:`SolveTrace` by
+    :meth:`from_trace`: the one summary that evaluation records and training outcomes extend."""
+
+    answer: str | None = None
+    format_error: bool = Field(
+        default=False, description="The first round run produced no usable plan."
+    )
+    format_error_code: str | None = Field(
+        default=None, description="The parser's reason code for that round's format error."
+    )
+    kept: bool = Field(
+        default=False, description="A recursion round kept the previous answer (empty lists)."
+    )
+    infra_error: bool = False
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    wall_s: float = 0.0
+    plan_len: int | None = Field(
+        default=None, description="Steps of the first executed plan (None: none was executed)."
+    )
+    workers: list[int] = Field(
+        default_factory=list, description="Pool worker id of each step that ran, in order."
+    )
+    all_access_steps: int = Field(default=0, description='Steps that ran with ["all"] access.')
+    rounds: int = 0
+    raw_plan: str | None = Field(default=None, description="The first round's raw plan text.")
+
+    @classmethod
+    def from_trace(cls, trace: SolveTrace) -> TraceSummary:
+        """Summarise ``trace``."""
+        first = trace.rounds[0] if trace.rounds else None
+        executed = [r.workflow for r in trace.rounds if r.workflow is not None]
+        steps = [s for wf in executed for s in wf.steps if s.skipped is None]
+        plan = executed[0].plan if executed else None
+        return cls(
+            answer=trace.answer,
+            format_error=trace.format_error,
+            format_error_code=(first.plan_error or {}).get("code") if first else None,
+            kept=any(r.kept_previous for r in trace.rounds),
+            infra_error=trace.infra_error,
+            calls=trace.calls,
+            input_tokens=trace.input_tokens,
+            output_tokens=trace.output_tokens,
+            cost=trace.cost,
+            wall_s=trace.wall_s,
+            plan_len=len(plan.get("model_id", [])) if plan else None,
+            workers=[s.worker for s in steps],
+            all_access_steps=sum(1 for s in steps if s.access == ["all"]),
+            rounds=len(trace.rounds),
+            raw_plan=first.raw_plan if first else None,
+        )
+
+    @property
+    def plan_ok(self) -> bool:
+        """The plan parsed (a kept answer counts as a parsed plan)."""
+        return not self.format_error
+
+    @property
+    def final_worker(self) -> int | None:
+        """Pool id of the worker whose output is the answer (the last step that ran)."""
+        return self.workers[-1] if self.workers else None
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens

@@ -66,8 +66,20 @@ def test_eval_run_demo_writes_records_report_and_mlflow(tmp_path, mlflow_uri, ca
 
     run_id = printed.strip().splitlines()[-1].split()[-1]
     run = mlflow.get_run(run_id)
-    assert 0.0 <= run.data.metrics["accuracy.average"] <= 1.0
-    assert "moa:1.cost_per_question.average" in run.data.metrics
+    assert run.data.tags["conductor.role"] == "evaluation"
+    # one nested run per method, all with the same metric names
+    children = mlflow.search_runs(
+        experiment_ids=[run.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+        output_format="list",
+    )
+    assert {c.data.params["method"] for c in children} == methods
+    assert len({frozenset(c.data.metrics) for c in children}) == 1
+    for child in children:
+        assert 0.0 <= child.data.metrics["accuracy"] <= 1.0
+        assert 0.0 <= child.data.metrics["accuracy/demo"] <= 1.0
+        assert child.data.metrics["cost_per_question"] > 0.0
+    assert not any("." in k for c in children for k in c.data.metrics)  # no packed names
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, "report")}
     assert {"report/report.md", "report/report.html"} <= arts
     traces = mlflow.search_traces(
@@ -138,14 +150,18 @@ def test_eval_settings_and_compare_over_mlflow(tmp_path, mlflow_uri, capsys) -> 
     main(["eval", "compare"])
     table = capsys.readouterr().out
     rows = [line for line in table.splitlines() if line.startswith("│")]
-    assert "accuracy.average" in table and len(rows) == 2
+    # one row per method run: the scripted Conductor of each evaluation
+    assert len(rows) == 2 and all("conductor:scripted" in row for row in rows)
+    assert "demo-constrained-shard0of1" in table and "demo-unconstrained-shard0of1" in table
     import mlflow
 
-    runs = mlflow.search_runs(experiment_names=["conductor-eval"], output_format="list")
-    assert sorted(r.data.params["setting"] for r in runs) == ["constrained", "unconstrained"]
-    assert sorted(r.info.run_name for r in runs) == [
-        "demo-constrained-shard0of1",
-        "demo-unconstrained-shard0of1",
-    ]
+    runs = mlflow.search_runs(
+        experiment_names=["conductor-eval"],
+        filter_string="tags.`conductor.role` = 'method'",
+        output_format="list",
+    )
+    assert sorted(r.data.params["profile"] for r in runs) == ["constrained", "unconstrained"]
+    parents = {mlflow.get_run(r.data.tags["mlflow.parentRunId"]).info.run_name for r in runs}
+    assert parents == {"demo-constrained-shard0of1", "demo-unconstrained-shard0of1"}
     with pytest.raises(SystemExit):
         main(["eval", "compare", "--experiment", "nothing-here"])

@@ -22,7 +22,7 @@ RECURSIVE_STEPS = 40
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    from conductor_core.train.learning import learning_experiment, render_table
+    from bench.learning import learning_experiment, render_table
 
     out = tmp_path_factory.mktemp("learning") / "base"
     result = learning_experiment(out, steps=GRPO_STEPS, warmup_steps=WARMUP_STEPS, seed=0)
@@ -42,7 +42,7 @@ def test_grpo_raises_reward_and_best_worker_routing(base):
 
 
 def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
-    from conductor_core.train.learning import stage_experiment
+    from bench.learning import stage_experiment
 
     out, _ = base
     result = stage_experiment(
@@ -56,7 +56,7 @@ def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
 
 
 def test_recursive_stage_keeps_right_answers_more_often_than_wrong_ones(base, tmp_path):
-    from conductor_core.train.learning import stage_experiment
+    from bench.learning import stage_experiment
 
     out, _ = base
     result = stage_experiment(

@@ -1,12 +1,10 @@
-"""GPU only (marked ``gpu``): vLLM offline batch planning on a small random-weight model."""
+"""GPU only (marked ``gpu`` by its folder): vLLM offline batch planning on a small random model."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-
-pytestmark = pytest.mark.gpu
 
 
 def test_vllm_batch_plans_a_shard_in_one_call(tmp_path) -> None:

@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from conductor_core.serve.simulator import create_app, running_app
+from conductor_core.tasks.problem import Problem, write_jsonl
 from conductor_core.workers.config import (
     PoolConfig,
     RetryConfig,
@@ -18,8 +19,6 @@ from conductor_core.workers.config import (
     load_pool,
 )
 from conductor_core.workers.simulated import ProblemBank, bundled_pool_path, is_right_text
-
-pytestmark = pytest.mark.integration
 
 RETRY_AFTER_S = 0.2
 HANG_S = 3.0
@@ -31,11 +30,9 @@ def bank() -> ProblemBank:
 
 
 @pytest.fixture(scope="module")
-def simulator(bank):
+def simulator():
     """(base URL, app state) of a simulator serving the bundled pool on a free loopback port."""
-    app = create_app(
-        load_pool(bundled_pool_path()), bank, hang_s=HANG_S, retry_after_s=RETRY_AFTER_S
-    )
+    app = create_app(load_pool(bundled_pool_path()), hang_s=HANG_S, retry_after_s=RETRY_AFTER_S)
     with running_app(app) as url:
         health = httpx.get(url.removesuffix("/v1") + "/health", timeout=5)
         assert health.status_code == 200
@@ -70,7 +67,7 @@ def math_messages(bank: ProblemBank) -> list[dict[str, str]]:
     return [{"role": "user", "content": problem.question}]
 
 
-async def pool_call(config: PoolConfig, bank: ProblemBank, messages, delays: list[float]):
+async def pool_call(config: PoolConfig, messages, delays: list[float]):
     from conductor_core.workers.pool import WorkerPool
 
     async def recording_sleep(seconds: float) -> None:
@@ -165,7 +162,7 @@ def test_pool_retries_429_and_500_then_succeeds(scripted, bank):
     set_script("429", "500")
     before = state.requests
     delays: list[float] = []
-    result = asyncio.run(pool_call(openai_pool(url), bank, math_messages(bank), delays))
+    result = asyncio.run(pool_call(openai_pool(url), math_messages(bank), delays))
     assert result.ok, result.error
     assert result.retries == 2
     assert state.requests - before == 3
@@ -181,7 +178,7 @@ def test_pool_hang_hits_timeout_and_retries(scripted, bank):
     delays: list[float] = []
     start = time.monotonic()
     config = openai_pool(url, timeout_s=0.3)
-    result = asyncio.run(pool_call(config, bank, math_messages(bank), delays))
+    result = asyncio.run(pool_call(config, math_messages(bank), delays))
     elapsed = time.monotonic() - start
     assert result.ok, result.error
     assert result.retries == 1
@@ -194,7 +191,7 @@ def test_pool_all_failures_become_recorded_error(scripted, bank):
     set_script("500", "500", "500")
     delays: list[float] = []
     config = openai_pool(url, max_retries=2)
-    result = asyncio.run(pool_call(config, bank, math_messages(bank), delays))
+    result = asyncio.run(pool_call(config, math_messages(bank), delays))
     assert not result.ok
     assert result.error_kind == "server_error"
     assert result.retries == 2
@@ -206,7 +203,7 @@ def test_pool_retries_malformed_reply(scripted, bank):
     url, state, set_script = scripted
     set_script("malformed")
     delays: list[float] = []
-    result = asyncio.run(pool_call(openai_pool(url), bank, math_messages(bank), delays))
+    result = asyncio.run(pool_call(openai_pool(url), math_messages(bank), delays))
     assert result.ok, result.error
     assert result.retries == 1
     assert state.outcomes["malformed"] >= 1
@@ -218,11 +215,52 @@ def test_malformed_reply_is_reported_as_malformed(scripted, bank):
     set_script("malformed")
     delays: list[float] = []
     config = openai_pool(url, max_retries=0)
-    result = asyncio.run(pool_call(config, bank, math_messages(bank), delays))
+    result = asyncio.run(pool_call(config, math_messages(bank), delays))
     assert result.error_kind == "malformed_response", result.error
 
 
+def test_workers_know_the_problems_of_their_config(tmp_path):
+    problem = Problem(
+        id="f1", source="t", domain="freeform", question="Capital of France?", reference="Paris"
+    )
+    path = tmp_path / "known.jsonl"
+    write_jsonl([problem], path)
+    pool = load_pool(bundled_pool_path()).with_simulation_problems([path], replace=True)
+    with running_app(create_app(pool)) as url:
+        health = httpx.get(url.removesuffix("/v1") + "/health", timeout=5).json()
+        assert health["problems"] == 1
+        body = {
+            "model": "sim-knowledge-expert",
+            "messages": [{"role": "user", "content": problem.question}],
+            "n": 8,
+        }
+        reply = httpx.post(url + "/chat/completions", json=body, timeout=5).json()
+    # free-form skill 0.85; a wrong answer has no other known reference to borrow
+    texts = [c["message"]["content"] for c in reply["choices"]]
+    assert any(is_right_text(problem, t) for t in texts)
+    assert all(is_right_text(problem, t) or "Paris" not in t for t in texts)
+
+
 # -- CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_serve_problems_replace_the_pools(tmp_path, monkeypatch):
+    from conductor_core.cli.simulate import command
+    from conductor_core.serve import simulator
+
+    path = tmp_path / "known.jsonl"
+    write_jsonl(list(ProblemBank.bundled())[:3], path)
+    served = []
+    monkeypatch.setattr(simulator, "serve", lambda pool, **kw: served.append((pool, kw)))
+    result = CliRunner().invoke(command, ["serve", "--problems", str(path), "--port", "8111"])
+    assert result.exit_code == 0, result.output
+    assert "(3 known problems)" in result.output
+    pool, kwargs = served[0]
+    assert kwargs["port"] == 8111
+    assert all(w.simulation.problems == [str(path.resolve())] for w in pool.workers)
+    result = CliRunner().invoke(command, ["serve", "--port", "8111"])
+    assert "(60 known problems)" in result.output
+    assert all(w.simulation.problems == ["bundled"] for w in served[1][0].workers)
 
 
 def test_cli_pool_for_endpoint_writes_usable_pool(simulator, bank, tmp_path):
@@ -241,7 +279,7 @@ def test_cli_pool_for_endpoint_writes_usable_pool(simulator, bank, tmp_path):
     assert pool.workers[0].name == "sim-math-expert"
     assert pool.workers[3].price.output_per_mtok == 0.8
     delays: list[float] = []
-    call = asyncio.run(pool_call(pool, bank, math_messages(bank), delays))
+    call = asyncio.run(pool_call(pool, math_messages(bank), delays))
     assert call.ok and call.cost > 0
 
 

@@ -25,8 +25,6 @@ from conductor_core.track.traces import flush_traces
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.trace import RoundTrace, SolveTrace, StepTrace, WorkflowTrace
 
-pytestmark = pytest.mark.integration
-
 LEAKED_KEY = "sk-test-" + "A1b2C3d4E5f6G7h8I9j0K1l2"
 
 

@@ -17,12 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conductor_core.train.config import build_config
-
-pytestmark = pytest.mark.integration
 
 KEY_ENV = "CONDUCTOR_IT_WORKER_KEY"
 FAKE_KEY = "zz-it-" + "4f1c9e7a2b8d6053e1f7"

@@ -34,6 +34,28 @@ def test_solve_json_prints_the_trace(capsys) -> None:
     assert trace["rounds"][1]["kept_previous"]
 
 
+def test_solve_grades_a_question_of_the_problems_the_workers_know(tmp_path, capsys) -> None:
+    from conductor_core.tasks.problem import Problem, write_jsonl
+    from conductor_core.workers.simulated import bundled_pool_path
+
+    question = "What is 6 times 7?"
+    problem = Problem(id="m-own", source="t", domain="math", question=question, reference="42")
+    write_jsonl([problem], tmp_path / "own.jsonl")
+    main(["solve", question])
+    assert "graded against" not in capsys.readouterr().out  # not a bundled problem
+    main(["solve", question, "--problems", str(tmp_path / "own.jsonl")])
+    assert "graded against m-own's reference" in capsys.readouterr().out
+    # the pool's own `simulation.problems`, relative to the pool file
+    data = yaml.safe_load(bundled_pool_path().read_text())
+    for worker in data["workers"]:
+        worker["simulation"]["problems"] = ["own.jsonl"]
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(data))
+    main(["solve", question, "--pool", str(tmp_path / "pool.yaml")])
+    assert "graded against m-own's reference" in capsys.readouterr().out
+    main(["solve", QUESTION, "--pool", str(tmp_path / "pool.yaml")])
+    assert "graded against" not in capsys.readouterr().out
+
+
 def test_plan_only_prints_json(capsys) -> None:
     main(["plan", "Which option is a noble gas?\nA. Chlorine\nB. Neon\nC. Hydrogen\nD. Oxygen"])
     out = json.loads(capsys.readouterr().out)

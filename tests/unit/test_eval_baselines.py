@@ -13,10 +13,12 @@ from conductor_core.evaluate.aggregate import aggregate
 from conductor_core.evaluate.methods import PlanSourceMethod, RandomPlanSource
 from conductor_core.evaluate.runner import RunConfig, run_eval
 from conductor_core.evaluate.specs import build_baselines
-from conductor_core.tasks.problem import Problem
+from conductor_core.tasks.problem import Problem, write_jsonl
 from conductor_core.workers.config import PoolConfig, SimulationProfile, WorkerConfig
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated import ProblemBank
+
+# One evaluation of 150 problems x 4 repeats x 8 methods, shared by the module (~15 s).
+pytestmark = pytest.mark.slow
 
 SKILLS = [0.8, 0.5, 0.3]
 VERIFY = 0.9
@@ -96,8 +98,11 @@ def summary(tmp_path_factory):
     methods.append(PlanSourceMethod("random", RandomPlanSource({1: 1.0}, seed=3)))
     out = tmp_path_factory.mktemp("eval") / "records.jsonl"
 
+    known = tmp_path_factory.mktemp("problems") / "problems.jsonl"
+    write_jsonl(probs, known)  # the problems the simulated workers know
+
     async def go():
-        async with WorkerPool(config, bank=ProblemBank(probs)) as pool:
+        async with WorkerPool(config.with_simulation_problems([known], replace=True)) as pool:
             return await run_eval(
                 probs,
                 methods,
@@ -144,3 +149,33 @@ def test_cost_is_accounted(summary) -> None:
     moa = summary.get("moa:1")
     assert 0 < single.cost_per_question < moa.cost_per_question
     assert single.tokens_per_question > 0 and single.repeats == REPEATS
+
+
+def test_every_method_executes_its_plans_through_solve(monkeypatch, tmp_path) -> None:
+    """solve() is the one place a plan is executed: each attempt calls it (self-consistency once
+    per sample)."""
+    import conductor_core.evaluate.methods as methods_module
+
+    real = methods_module.solve
+    seen: list[str] = []
+
+    async def spy(question, source, pool, **kwargs):
+        seen.append(type(source).__name__)
+        return await real(question, source, pool, **kwargs)
+
+    monkeypatch.setattr(methods_module, "solve", spy)
+    config = pool_config()
+    probs = problems()[:3]
+    known = tmp_path / "problems.jsonl"
+    write_jsonl(probs, known)
+    methods = build_baselines(["single:0", "sc:1:3"], config)
+
+    async def go():
+        async with WorkerPool(config.with_simulation_problems([known], replace=True)) as pool:
+            return await run_eval(
+                probs, methods, pool, tmp_path / "r.jsonl", RunConfig(progress=False)
+            )
+
+    records = asyncio.run(go())
+    assert len(records) == 6 and len(seen) == 3 * 1 + 3 * 3
+    assert all(r.calls >= 1 for r in records)

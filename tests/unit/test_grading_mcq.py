@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from conductor_core.tasks.grading import grade
@@ -117,3 +120,47 @@ def test_similar_option_texts_do_not_collide() -> None:
     assert grade(_p("B", choices), "15").correct
     assert grade(_p("A", choices), "5").correct
     assert grade(_p("D", choices), "The answer is none of these.").correct
+
+
+# --- the answer-shape corpus: realistic model answers with a person's verdict ---------------
+
+CORPUS_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "grading" / "mcq_answers.jsonl"
+
+
+def _load_corpus() -> list[dict]:
+    with CORPUS_PATH.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+CORPUS = _load_corpus()
+
+
+def test_corpus_is_well_formed() -> None:
+    assert len(CORPUS) >= 40
+    ids = [item["id"] for item in CORPUS]
+    assert len(set(ids)) == len(ids)
+    for item in CORPUS:
+        assert set(item) >= {"id", "question", "choices", "reference", "answer", "verdict", "note"}
+        assert len(item["choices"]) in (4, 10), item["id"]
+        assert item["reference"] in "ABCDEFGHIJ"[: len(item["choices"])], item["id"]
+        assert item["verdict"] in ("correct", "incorrect"), item["id"]
+        if item["verdict"] == "correct":
+            assert item["extracted"] == item["reference"], item["id"]
+    verdicts = {item["verdict"] for item in CORPUS}
+    assert verdicts == {"correct", "incorrect"}
+    assert any(len(item["choices"]) == 10 for item in CORPUS)
+
+
+@pytest.mark.parametrize("item", CORPUS, ids=[item["id"] for item in CORPUS])
+def test_corpus_verdicts(item: dict) -> None:
+    problem = Problem(
+        id=item["id"],
+        source="corpus",
+        domain="mcq",
+        question=item["question"],
+        reference=item["reference"],
+        choices=item["choices"],
+    )
+    v = grade(problem, item["answer"])
+    assert ("correct" if v.correct else "incorrect") == item["verdict"], (item["note"], v.reason)
+    assert v.extracted == item["extracted"], (item["note"], v.reason)

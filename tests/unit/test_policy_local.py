@@ -10,8 +10,9 @@ import pytest
 from conductor_core.errors import ConfigError
 from conductor_core.policy import tiny
 from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
-from conductor_core.policy.local import TransformersPlanSource, plan_messages
+from conductor_core.policy.local import TransformersPlanSource
 from conductor_core.workflow.errors import PlanFormatError
+from conductor_core.workflow.prompts import plan_messages
 
 WORKERS = (WorkerInfo(0, "math"), WorkerInfo(1, "code"), WorkerInfo(2, "general"))
 
@@ -140,3 +141,23 @@ def test_from_loaded_and_aclose(source: TransformersPlanSource) -> None:
     assert 1 <= result.output_tokens <= 2
     asyncio.run(wrapped.aclose())
     assert wrapped._model is None
+
+
+def test_a_trained_model_is_asked_in_the_style_saved_with_it(model_dir: Path, tmp_path) -> None:
+    """A request in the full style reaches a model trained on the compact prompt as compact."""
+    import shutil
+
+    from conductor_core.workflow.prompts import compact_prompt, save_prompt_spec
+
+    trained = tmp_path / "trained"
+    shutil.copytree(model_dir, trained)
+    save_prompt_spec(trained, "compact")
+    src = TransformersPlanSource(trained, max_new_tokens=2)
+    assert src.prompt_style == "compact"
+    assert compact_prompt("What is 12 * 7?", 3) in src.prompt_text(_request())
+    plain = TransformersPlanSource(model_dir, max_new_tokens=2)
+    assert plain.prompt_style is None
+    assert "What is 12 * 7?" in plain.prompt_text(_request())
+    assert compact_prompt("What is 12 * 7?", 3) not in plain.prompt_text(_request())
+    forced = TransformersPlanSource(model_dir, max_new_tokens=2, prompt_style="compact")
+    assert compact_prompt("What is 12 * 7?", 3) in forced.prompt_text(_request())

@@ -375,6 +375,18 @@ def test_from_yaml_builds_simulated_pool(tmp_path: Path) -> None:
     run(pool.aclose())
 
 
+def test_simulated_workers_need_no_bank(tmp_path: Path) -> None:
+    from conductor_core.tasks.problem import Problem, write_jsonl
+
+    known = Problem(id="k", source="t", domain="math", question="What is 2 + 2?", reference="4")
+    write_jsonl([known], tmp_path / "known.jsonl")
+    cfg = parse_pool(
+        [{"provider": "simulated", "model": f"sim-{i}", "simulation": {"seed": i}} for i in (0, 1)]
+    ).with_simulation_problems([tmp_path / "known.jsonl"], replace=True)
+    pool = WorkerPool(cfg)
+    assert [[p.id for p in prov.bank] for prov in pool._providers] == [["k"], ["k"]]
+
+
 def test_pool_works_across_event_loops() -> None:
     pool, _ = make_pool([Scripted(ok())])
     assert run(pool.call(0, MSG)).ok

@@ -119,3 +119,62 @@ def test_with_profile_changes_generation_params(tmp_path: Path) -> None:
     cfg = load_pool(path).with_profile("unconstrained")
     assert cfg.workers[0].params.temperature == 1.0
     assert cfg.workers[0].params.max_tokens == 64
+
+
+# -- the problems simulated workers know ----------------------------------------------------------
+
+OPENAI = {"provider": "openai", "model": "gpt", "endpoint": "http://127.0.0.1:9/v1"}
+
+
+def test_simulated_workers_know_the_bundled_problems_by_default() -> None:
+    pool = parse_pool([SIM, {**SIM, "simulation": {"seed": 3}}])
+    assert pool.workers[0].simulation is None  # the default profile applies
+    assert pool.workers[1].simulation.problems == ["bundled"]
+
+
+def test_with_simulation_problems_adds_or_replaces(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    pool = parse_pool(
+        [
+            {**SIM, "simulation": {"problems": ["bundled-train"], "seed": 7}},
+            OPENAI,
+            {**SIM, "model": "sim-default"},
+        ]
+    )
+    added = pool.with_simulation_problems(["extra.jsonl", tmp_path / "extra.jsonl"])
+    extra = str(tmp_path / "extra.jsonl")
+    assert added.workers[0].simulation.problems == ["bundled-train", extra]  # no duplicate
+    assert added.workers[0].simulation.seed == 7  # the rest of the profile is kept
+    assert added.workers[2].simulation.problems == ["bundled", extra]
+    assert added.workers[1] == pool.workers[1] and added.workers[1].simulation is None
+
+    replaced = pool.with_simulation_problems([Path("extra.jsonl"), "bundled"], replace=True)
+    assert [w.simulation.problems for w in (replaced.workers[0], replaced.workers[2])] == [
+        [extra, "bundled"],
+        [extra, "bundled"],
+    ]
+    assert replaced.workers[1].simulation is None
+    assert pool.workers[0].simulation.problems == ["bundled-train"]  # the original is unchanged
+    assert pool.with_simulation_problems([], replace=True).workers[0].simulation.problems == []
+
+
+def test_relative_problem_paths_resolve_against_the_pool_file(tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "pools"
+    folder.mkdir()
+    path = folder / "pool.yaml"
+    path.write_text(
+        "workers:\n"
+        "  - provider: simulated\n    model: s\n"
+        "    simulation: {problems: [bundled, data/p.jsonl, ../q.jsonl, /abs/r.jsonl]}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert load_pool(path).workers[0].simulation.problems == [
+        "bundled",
+        str(folder / "data" / "p.jsonl"),
+        str(tmp_path / "q.jsonl"),
+        str(Path("/abs/r.jsonl").resolve()),
+    ]
+    # A pool given as data (no file) keeps them relative: they resolve against the working
+    # directory when the bank is read.
+    data = {"workers": [{**SIM, "simulation": {"problems": ["data/p.jsonl"]}}]}
+    assert parse_pool(data).workers[0].simulation.problems == ["data/p.jsonl"]

@@ -12,8 +12,8 @@ from conductor_core.workflow.prompts import (
     PROMPT_VERSION,
     conductor_messages,
     conductor_prompt,
+    plan_messages,
     prompt_digest,
-    prompt_from_request,
     recursion_prompt,
     worked_examples,
     worker_message,
@@ -120,16 +120,16 @@ def test_conductor_messages() -> None:
         conductor_messages(QUESTION, 2, previous_plan="p")
 
 
-def test_prompt_from_request() -> None:
+def test_plan_messages_from_a_request() -> None:
     from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
 
     workers = (WorkerInfo(0, "fast"), WorkerInfo(1, "slow"))
     req = PlanRequest(question=QUESTION, workers=workers, max_steps=3, descriptors=True)
-    assert prompt_from_request(req) == conductor_prompt(
+    assert plan_messages(req)[0]["content"] == conductor_prompt(
         QUESTION, 2, max_steps=3, descriptors=["fast", "slow"]
     )
     req = PlanRequest(question=QUESTION, workers=workers, previous=PreviousRound("p", "a"))
-    assert prompt_from_request(req) == recursion_prompt(QUESTION, 2, "p", "a")
+    assert plan_messages(req)[0]["content"] == recursion_prompt(QUESTION, 2, "p", "a")
 
 
 _STEP = re.compile(
@@ -178,3 +178,54 @@ def test_prompt_digest_and_version() -> None:
     assert prompt_digest("abc") == "ba7816bf8f01cfea"
     assert prompt_digest("abc") != prompt_digest("abd")
     assert PROMPT_VERSION
+
+
+def test_compact_prompt_text_is_stable() -> None:
+    """Tiny models are trained on this exact text (and their tokenizer corpus holds it)."""
+    from conductor_core.workflow.prompts import compact_prompt
+
+    assert compact_prompt("  What is 2+2?\n", 3, max_steps=5) == (
+        "Models: 0, 1, 2. Write a plan of at most 5 steps as three lists: model_id, subtasks, "
+        "access_list.\n\nQuestion:\nWhat is 2+2?"
+    )
+    again = compact_prompt("Q", 2, previous_plan="model_id = []\n", previous_answer=None)
+    assert again.endswith(
+        "\n\nPrevious plan:\nmodel_id = []\nPrevious answer:\n\n"
+        "Write a new plan, or three empty lists to keep the answer."
+    )
+
+
+def test_plan_messages_use_the_request_style() -> None:
+    from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
+    from conductor_core.workflow.prompts import compact_prompt, plan_messages
+
+    workers = (WorkerInfo(0), WorkerInfo(1))
+    full = PlanRequest(question=QUESTION, workers=workers)
+    compact = PlanRequest(question=QUESTION, workers=workers, prompt_style="compact")
+    assert plan_messages(full)[0]["content"] == conductor_prompt(QUESTION, 2)
+    assert plan_messages(compact)[0]["content"] == compact_prompt(QUESTION, 2)
+    previous = PreviousRound(plan="p", answer=None)
+    again = PlanRequest(
+        question=QUESTION, workers=workers, prompt_style="compact", previous=previous
+    )
+    assert plan_messages(again)[0]["content"] == compact_prompt(
+        QUESTION, 2, previous_plan="p", previous_answer=""
+    )
+
+
+def test_prompt_spec_saved_and_read_back(tmp_path) -> None:
+    from conductor_core.workflow.prompts import (
+        PROMPT_SPEC_FILE,
+        PromptStyle,
+        load_prompt_spec,
+        save_prompt_spec,
+    )
+
+    assert load_prompt_spec(tmp_path) is None
+    save_prompt_spec(tmp_path, "compact")
+    spec = load_prompt_spec(tmp_path)
+    assert spec is not None and spec.style is PromptStyle.COMPACT
+    assert spec.version == PROMPT_VERSION
+    (tmp_path / PROMPT_SPEC_FILE).write_text('{"prompt_style": "chatty"}')
+    with pytest.raises(ValueError, match=PROMPT_SPEC_FILE):
+        load_prompt_spec(tmp_path)

@@ -247,6 +247,7 @@ def test_daemonized_grandchild_dies_with_the_run():
 
 
 @needs_ns
+@pytest.mark.slow  # seven attacks at once next to a benign run (~6 s)
 def test_bombs_do_not_harm_a_concurrent_benign_run():
     benign = "import math\nprint(sum(math.isqrt(i) for i in range(200000)))\n"
     expected = str(sum(__import__("math").isqrt(i) for i in range(200000)))

@@ -11,6 +11,7 @@ import pytest
 from conductor_core.tasks.problem import Domain, Problem, write_jsonl
 from conductor_core.workers.config import (
     FailureRates,
+    PoolConfig,
     SimulationProfile,
     WorkerConfig,
     load_pool,
@@ -473,3 +474,145 @@ def test_hedging_follows_correctness_and_keeps_answers_gradable():
         assert abs(counts[True][0] / counts[True][1] - 0.1) < 0.07, counts
     never = SimulatedProvider(make_worker(skills={"math": 0.5}), BANK)
     assert not any(hedged(ask(never, MATH.question, i)) for i in range(50))
+
+
+# -- the bank from the config ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_bank_cache():
+    from conductor_core.workers.simulated import clear_bank_cache
+
+    clear_bank_cache()
+    yield
+    clear_bank_cache()
+
+
+def test_provider_finds_its_bank_from_its_config(tmp_path):
+    path = tmp_path / "known.jsonl"
+    write_jsonl([MATH, FREE], path)
+    provider = SimulatedProvider(make_worker(problems=[str(path)], skills={"math": 1.0}))
+    assert len(provider.bank) == 2 and provider.bank.get(MATH.question) == MATH
+    assert ask(provider, worker_message(MATH.question)).rstrip().endswith("\\boxed{42}.")
+    default = SimulatedProvider(make_worker())  # problems: [bundled]
+    assert len(default.bank) == len(ProblemBank.bundled())
+    nothing = SimulatedProvider(make_worker(problems=[]))
+    assert len(nothing.bank) == 0
+    assert "\\boxed" not in ask(nothing, worker_message(MATH.question))
+    # bank= (tests) replaces the configured problems
+    assert SimulatedProvider(make_worker(problems=[str(path)]), bank=BANK).bank is BANK
+
+
+def test_bank_of_several_files_and_bundled_names(tmp_path):
+    from conductor_core.workers.simulated import bank_for, bundled_train_problems_path
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_jsonl([MATH], first)
+    write_jsonl([MATH.model_copy(update={"id": "m-dup"}), FREE], second)
+    bank = bank_for([first, str(second)])
+    assert [p.id for p in bank] == ["m1", "m-dup", "f1"]
+    assert bank.get(MATH.question).id == "m1"  # the first file wins
+    train = bank_for(["bundled-train"])
+    assert len(train) > 0 and bundled_train_problems_path().is_file()
+    assert bank_for(["bundled"]).get("Capital of France?") is None
+
+
+def test_relative_problem_path_resolves_against_the_working_directory(tmp_path, monkeypatch):
+    from conductor_core.workers.simulated import bank_for
+
+    (tmp_path / "sub").mkdir()
+    write_jsonl([FREE], tmp_path / "sub" / "p.jsonl")
+    monkeypatch.chdir(tmp_path)
+    provider = SimulatedProvider(make_worker(problems=["sub/p.jsonl"]))
+    assert [p.id for p in provider.bank] == ["f1"]
+    assert bank_for(["sub/p.jsonl"]) is bank_for([tmp_path / "sub" / "p.jsonl"])
+
+
+def test_missing_problem_file_is_a_config_error(tmp_path):
+    from conductor_core.errors import ConfigError
+    from conductor_core.workers.pool import WorkerPool
+
+    config = PoolConfig(workers=[make_worker()]).with_simulation_problems(
+        [tmp_path / "missing.jsonl"]
+    )
+    with pytest.raises(ConfigError, match=r"simulation\.problems.*missing\.jsonl"):
+        WorkerPool(config)
+
+
+def test_a_pool_reads_each_problem_file_once(tmp_path, monkeypatch, fresh_bank_cache):
+    import os
+
+    from conductor_core.workers import simulated
+    from conductor_core.workers.pool import WorkerPool
+
+    reads: list[str] = []
+    real_read = simulated.read_problems
+
+    def counting_read(path):
+        reads.append(str(path))
+        return real_read(path)
+
+    monkeypatch.setattr(simulated, "read_problems", counting_read)
+    path = tmp_path / "known.jsonl"
+    write_jsonl([MATH, MCQ], path)
+    workers = [make_worker(model=f"sim-{i}", seed=i) for i in range(4)]
+    config = PoolConfig(workers=workers).with_simulation_problems([path], replace=True)
+    pool = WorkerPool(config)
+    banks = {id(p.bank) for p in pool._providers}
+    assert reads == [str(path)] and len(banks) == 1
+    WorkerPool(config)  # a second pool on the same file: still one read
+    other = config.with_simulation_problems(["bundled"])  # another list, same file read once
+    WorkerPool(other)
+    assert reads.count(str(path)) == 1
+    # A changed file is read again.
+    write_jsonl([MATH, MCQ, FREE], path)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000_000))
+    assert len(WorkerPool(config)._providers[0].bank) == 3
+    assert reads.count(str(path)) == 2
+
+
+def test_known_problem_looks_a_question_up_in_the_pools_problems(tmp_path):
+    from conductor_core.workers.simulated import known_problem, known_problems
+
+    path = tmp_path / "known.jsonl"
+    write_jsonl([FREE], path)
+    pool = load_pool(bundled_pool_path())
+    question = (
+        "A train travels 240 kilometres in 3 hours. At the same speed, how many kilometres "
+        "does it travel in 5 hours?"
+    )
+    assert known_problem(pool, question).id == "demo-math-004"
+    assert known_problem(pool, "Capital of France?") is None
+    mixed = pool.with_simulation_problems([path])
+    assert known_problem(mixed, "Capital of France?") == FREE
+    assert len(known_problems(mixed)) == len(ProblemBank.bundled()) + 1
+    only = mixed.with_simulation_problems([path], replace=True)
+    assert known_problem(only, question) is None
+    openai = WorkerConfig(provider="openai", model="m", endpoint="http://127.0.0.1:9/v1")
+    assert known_problems(PoolConfig(workers=[openai])) is None
+    assert known_problem(PoolConfig(workers=[openai]), question) is None
+
+
+def test_pool_built_without_a_bank_answers_bundled_problems_at_its_skill():
+    from conductor_core.workers.pool import WorkerPool
+
+    config = load_pool(bundled_pool_path())  # no bank anywhere: the workers read `bundled`
+    math = [p for p in ProblemBank.bundled() if p.domain == Domain.MATH]
+
+    async def rate(worker: int) -> float:
+        async with WorkerPool(config) as pool:
+            results = await asyncio.gather(
+                *(
+                    pool.call(worker, user(worker_message(p.question)), sample_index=k)
+                    for p in math
+                    for k in range(20)
+                )
+            )
+        texts = [r.text for r in results]
+        problems = [p for p in math for _ in range(20)]
+        return sum(is_right_text(p, t) for p, t in zip(problems, texts, strict=True)) / len(texts)
+
+    expert = config.workers[0].simulation.skills["math"]  # 0.9
+    weak = config.workers[2].simulation.skills["math"]  # 0.4
+    assert abs(asyncio.run(rate(0)) - expert) < 0.06  # 400 answers: 3 standard errors
+    assert abs(asyncio.run(rate(2)) - weak) < 0.08

@@ -102,3 +102,47 @@ def test_budget_is_shared_across_rounds() -> None:
     source = ScriptedSource(ok(0, 1), ok(2))
     trace = go(source, FakePool(tokens=50), max_rounds=2, budget=Budget(max_tokens=200))
     assert len(trace.rounds) == 1  # round 1 spent 200 tokens: no budget for round 2
+
+
+def continue_from(source, previous, pool=None, **opts):
+    return asyncio.run(
+        solve("Q?", source, pool or FakePool(), options=SolveOptions(**opts), previous=previous)
+    )
+
+
+def test_continuing_from_a_previous_round_runs_only_the_next_round() -> None:
+    from conductor_core.policy.base import PreviousRound
+
+    previous = PreviousRound(
+        plan="model_id = [0]\nsubtasks = ['x']\naccess_list = [[]]", answer="7"
+    )
+    source = ScriptedSource(KEEP)
+    trace = continue_from(source, previous, max_rounds=2)
+    assert source.requests[0].previous == previous and len(trace.rounds) == 1
+    assert trace.answer == "7" and trace.rounds[0].kept_previous and trace.calls == 0
+    pool = FakePool()
+    trace = continue_from(ScriptedSource(ok(1)), previous, pool, max_rounds=2)
+    assert "7" in pool.seen[-1][1] or trace.rounds[0].workflow.steps[0].access == []
+    assert trace.answer == trace.rounds[0].workflow.answer and trace.rounds[0].round == 1
+    # The first round this call runs decides its format error and infrastructure failure.
+    trace = continue_from(ScriptedSource(bad()), previous, max_rounds=2)
+    assert trace.format_error and trace.answer == "7"
+    trace = continue_from(ScriptedSource(ok(0, 1)), previous, FakePool(fail={1}), max_rounds=2)
+    assert trace.infra_error
+
+
+def test_prompt_style_travels_on_the_request() -> None:
+    source = ScriptedSource(ok(0))
+    go(source, prompt_style="compact")
+    assert source.requests[0].prompt_style == "compact"
+
+
+def test_solve_options_from_settings_carry_the_prompt_style() -> None:
+    from conductor_core.solve import solve_options
+    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.simulated import bundled_pool_path
+
+    pool = load_pool(bundled_pool_path())
+    opts = solve_options(pool, max_steps=3, descriptors=True, prompt_style="compact", rounds=2)
+    assert opts.prompt_style == "compact" and opts.max_rounds == 2 and opts.budget.max_steps == 3
+    assert opts.descriptions == tuple(w.description for w in pool.workers)

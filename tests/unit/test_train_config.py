@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 import yaml
 from click.testing import CliRunner
+from pydantic import BaseModel, ValidationError
 
 from conductor_core.errors import ConfigError
 from conductor_core.train import bundled_config_path
-from conductor_core.train.config import StageConfig, build_config, load_config
+from conductor_core.train import config as config_module
+from conductor_core.train.config import (
+    PROFILES,
+    STAGES,
+    StageConfig,
+    build_config,
+    load_config,
+    profile_values,
+)
 
 
 def test_defaults_are_the_papers_numbers():
@@ -106,3 +117,73 @@ def test_cli_prints_resolved_config_and_reports_errors(tmp_path):
     result = CliRunner().invoke(command, ["--config", str(bad), "--print-config"])
     assert isinstance(result.exception, ConfigError)
     assert "learning_rate" in str(result.exception)
+
+
+def test_profiles_are_the_yaml_files():
+    from importlib import resources
+
+    folder = resources.files("conductor_core.resources") / "train" / "profiles"
+    names = sorted(
+        f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml")
+    )
+    assert list(PROFILES) == names
+    assert {"paper", "tiny"} <= set(PROFILES)
+    with pytest.raises(ValidationError, match="unknown profile 'huge'"):
+        StageConfig(profile="huge")
+
+
+def test_tiny_recursive_profile_values():
+    # The learning test (tests/e2e/test_learning.py) was measured with these values.
+    c = build_config({}, stage="recursive", profile="tiny")
+    assert (c.questions_per_step, c.plans_per_question, c.steps) == (32, 2, 40)
+    assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
+    assert (c.recursive.forced_fraction, c.recursive.min_decision_share) == (1.0, 0.5)
+    assert c.recursive.balance_sources is True and c.warmup.enabled is False
+    base = build_config({}, stage="base", profile="tiny")
+    assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
+    assert base.learning_rate == 3e-4 and base.warmup.recursion_fraction == 0.5
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_and_stage_validates_and_round_trips(tmp_path, profile, stage):
+    values = profile_values(profile, stage)
+    assert "stages" not in values
+    c = build_config(stage=stage, profile=profile)
+    assert (c.stage, c.profile) == (stage, profile)
+    c.to_yaml(tmp_path / "out.yaml")
+    assert load_config(tmp_path / "out.yaml") == c
+
+
+def _models(annotation) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def test_every_config_field_has_a_description():
+    models = {
+        obj
+        for obj in vars(config_module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, BaseModel)
+        and obj.__module__ == config_module.__name__
+    }
+    todo, seen = [StageConfig, *models], set()
+    missing = []
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            if not (info.description or "").strip():
+                missing.append(f"{model.__name__}.{name}")
+            todo.extend(_models(info.annotation))
+    assert StageConfig in seen and len(seen) > 5
+    assert not missing, f"fields without a description: {', '.join(missing)}"
+
+
+def test_removed_optimizer_field_is_rejected():
+    with pytest.raises(ConfigError, match="optimizer: unknown field"):
+        build_config({"optimizer": "sgd"})

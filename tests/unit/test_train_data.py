@@ -6,13 +6,14 @@ from collections import Counter
 
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
-from conductor_core.train.data import build_dataset, build_rows, compact_prompt, select_problems
+from conductor_core.train.data import build_dataset, build_rows, select_problems
 from conductor_core.train.problems import (
     bundled_train_pool_path,
     bundled_train_problems_path,
     synthetic_problems,
 )
 from conductor_core.workers.config import load_pool
+from conductor_core.workflow.prompts import compact_prompt
 
 
 def test_bundled_problems_are_the_regenerated_set():
@@ -69,6 +70,12 @@ def test_adaptive_rows_offer_renumbered_random_subsets_deterministically():
     assert rows == build_rows(problems, 4, config)
     other = build_rows(problems, 4, config.model_copy(update={"seed": 1}))
     assert [r["offered"] for r in rows] != [r["offered"] for r in other]
+    # pool order by default (ids keep their relative order); shuffled when asked
+    assert all(r["offered"] == sorted(r["offered"]) for r in rows)
+    shuffled = config.model_copy(
+        update={"adaptive": config.adaptive.model_copy(update={"shuffle": True})}
+    )
+    assert any(r["offered"] != sorted(r["offered"]) for r in build_rows(problems, 4, shuffled))
 
 
 def test_build_dataset_columns():

@@ -4,11 +4,9 @@ the right step with the same data order; the recursive trainer forces second rou
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,10 @@ from conductor_core.train.config import build_config
 from conductor_core.train.recursive import (
     balanced_sources,
     decision_floor,
+    discount_rows,
     forced_pairs,
     is_keep_text,
+    pair_rows,
 )
 
 pytestmark = pytest.mark.slow
@@ -144,8 +144,10 @@ def test_adaptive_stage_starts_from_base(base_run, tmp_path):
     assert result.steps == 1 and (result.model_dir / "config.json").is_file()
 
 
-def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
+@pytest.mark.parametrize(("contexts", "expected"), [("shared", 1.0), ("per_plan", 2.0)])
+def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expected):
     from conductor_core.train.grpo import run_stage
+    from conductor_core.workflow.prompts import load_prompt_spec
 
     _, base = base_run
     config = small(
@@ -153,15 +155,45 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
         stage="recursive",
         steps=1,
         init_from=str(base.model_dir),
-        recursive={"forced_fraction": 0.5},
+        recursive={
+            "forced_fraction": 0.5,
+            "round2_contexts": contexts,
+            "balance_sources": contexts == "shared",
+        },
     )
     result = run_stage(config, progress=False)
     assert result.steps == 1
     logged = [h for h in result.history if "recursion/second_round_rows" in h]
     # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group, whose
-    # two rows continue the same round-1 plan (one shared context, as a GRPO group).
+    # two rows continue one shared round-1 plan, or each its own (per_plan, the paper's).
     assert logged and logged[0]["recursion/second_round_rows"] == 2.0
-    assert logged[0]["recursion/contexts"] == 1.0
+    assert logged[0]["recursion/contexts"] == expected
+    # The trained model is saved with the prompt style it learned.
+    assert load_prompt_spec(result.model_dir).style == "compact"
+
+
+def test_paper_profile_recursive_batch_composition_and_discount():
+    """The paper: 4 questions x 64 plans, half of each batch forced into a second round, every
+    forced round-2 plan continuing its own round-1 plan, round-1 advantages discounted by 0.25."""
+    from random import Random
+
+    import torch
+
+    config = build_config(stage="recursive", profile="paper")
+    spec = config.recursive
+    groups, g = config.questions_per_step, config.plans_per_question
+    pairs = forced_pairs(groups, spec.forced_fraction)
+    first, second, sources = pair_rows(pairs, g, spec.round2_contexts, Random(0))
+    assert (groups, g) == (4, 64)
+    assert len(first) + len(second) == groups * g // 2  # half of the batch's plans
+    assert second == list(range(g, 2 * g)) and first == list(range(g))
+    assert len(set(sources)) == g  # 64 distinct recursion contexts per step
+    advantages = torch.ones(groups * g)
+    discount_rows(advantages, first, spec.first_round_discount)
+    assert advantages[:g].tolist() == [0.25] * g and advantages[g:].tolist() == [1.0] * 3 * g
+    # The shared layout: one context per round-2 group.
+    _, _, shared = pair_rows(2, 4, "shared", Random(0))
+    assert len(set(shared[:4])) == 1 and len(set(shared[4:])) == 1 and shared[0] < 4
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):
@@ -180,7 +212,7 @@ def expected_ids(config, steps: int) -> list[list[str]]:
     from conductor_core.train.data import build_dataset
     from conductor_core.train.grpo import load_inputs
 
-    train, _, pool, _ = load_inputs(config)
+    train, _, pool = load_inputs(config)
     ds = build_dataset(train, len(pool.workers), config)
     g, q = config.plans_per_question, config.questions_per_step
     order = list(
@@ -196,31 +228,31 @@ def test_killed_run_resumes_at_the_right_step_with_the_same_data(tmp_path):
     out = tmp_path / "resume"
     config = small(out, steps=4, warmup={"enabled": False})
     config.to_yaml(tmp_path / "c.yaml")
+    # The child kills itself (SIGKILL, as an evicted pod dies) right after checkpoint-2 is saved:
+    # polling from outside raced the child, which could finish all 4 steps between two polls.
     script = (
-        "import sys\n"
+        "import os, signal, sys\n"
+        "from transformers import TrainerCallback\n"
+        "import conductor_core.train.grpo as grpo\n"
         "from conductor_core.train.config import load_config\n"
-        "from conductor_core.train.grpo import run_stage\n"
-        "run_stage(load_config(sys.argv[1]), progress=False)\n"
+        "class Die(TrainerCallback):\n"
+        "    def on_save(self, args, state, control, **kw):\n"
+        "        if state.global_step == 2:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "make = grpo.make_callbacks\n"
+        "grpo.make_callbacks = lambda *a, **k: [*make(*a, **k), Die()]\n"
+        "grpo.run_stage(load_config(sys.argv[1]), progress=False)\n"
     )
-    proc = subprocess.Popen(
+    proc = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "c.yaml")],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        stderr=subprocess.PIPE,
+        timeout=300,
     )
-    ckpt = out / "checkpoints" / "checkpoint-2" / "trainer_state.json"
-    deadline = time.time() + 240
-    try:
-        while not ckpt.is_file() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert ckpt.is_file(), "the subprocess never wrote checkpoint-2"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (out / "checkpoints" / "checkpoint-3").exists()
     assert not (out / "model").exists()
-    if (out / "checkpoints" / "checkpoint-4").exists():
-        pytest.skip("the subprocess finished before it could be killed")
     result = run_stage(config, progress=False)
     assert result.resumed_from is not None
     resumed_at = int(Path(result.resumed_from).name.split("-")[1])

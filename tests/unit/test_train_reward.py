@@ -8,17 +8,13 @@ import threading
 
 import pytest
 
+from conductor_core.outcome import Outcome
+from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
-from conductor_core.train.reward import (
-    ConductorReward,
-    PlanOutcome,
-    PreviousRound,
-    RoundState,
-    summarize,
-)
+from conductor_core.train.recursive import recursion_metrics
+from conductor_core.train.reward import ConductorReward, RoundState, summarize
 from conductor_core.workers.config import load_pool
-from conductor_core.workers.simulated import ProblemBank
 
 PROBLEMS = read_problems(bundled_train_problems_path())
 MATH = [p for p in PROBLEMS if str(p.domain) == "math"][:60]
@@ -33,7 +29,7 @@ def plan(*workers: int, access: str = "[]") -> str:
 
 
 def make_reward(pool=POOL, **kwargs) -> ConductorReward:
-    return ConductorReward({p.id: p for p in PROBLEMS}, pool, bank=ProblemBank(PROBLEMS), **kwargs)
+    return ConductorReward({p.id: p for p in PROBLEMS}, pool, **kwargs)
 
 
 def run(reward: ConductorReward, texts, ids, offered=None, **kw):
@@ -64,7 +60,7 @@ def test_format_errors_score_zero_with_a_reason():
     r = make_reward()
     out = run(r, ["no plan here", plan(7), plan(0, 1, access='["x"]')], [MATH[0].id] * 3)
     assert out == [0.0, 0.0, 0.0]
-    codes = [o.format_code for o in r.last_outcomes]
+    codes = [o.format_error_code for o in r.last_outcomes]
     assert codes[0] == "missing_list" and codes[1] == "unknown_worker"
     assert r.last_metrics["format_error_rate"] == 1.0
 
@@ -90,7 +86,7 @@ def test_adaptive_mapping_runs_the_offered_pool_worker():
     run(r, [plan(1)] * 20, ids, offered=[[1, 0]] * 20)
     assert all(o.workers == [0] for o in r.last_outcomes)
     run(r, [plan(2)] * 2, ids[:2], offered=[[1, 0]] * 2)
-    assert [o.format_code for o in r.last_outcomes] == ["unknown_worker"] * 2
+    assert [o.format_error_code for o in r.last_outcomes] == ["unknown_worker"] * 2
 
 
 def test_several_executions_are_averaged():
@@ -110,13 +106,13 @@ def test_recursion_round_keep_grades_the_previous_answer():
     r = make_reward(rounds=state)
     out = run(r, [keep, keep], [p.id, p.id])
     assert out == [1.0, 0.5]
-    assert all(o.keep for o in r.last_outcomes)
+    assert all(o.kept for o in r.last_outcomes)
     # Without a previous round, empty lists are a format error.
     assert run(make_reward(), [keep], [p.id]) == [0.0]
 
 
 def test_round_state_cached_and_excluded_rows():
-    cached = PlanOutcome(reward=1.0, domain="math", plan_ok=True, workers=[0], steps=1)
+    cached = Outcome(reward=1.0, domain="math", workers=[0], plan_len=1)
     state = RoundState(cached={0: cached}, excluded={1})
     r = make_reward(rounds=state)
     out = run(r, ["garbage", plan(0)], [MATH[0].id, MATH[1].id])
@@ -125,23 +121,20 @@ def test_round_state_cached_and_excluded_rows():
 
 def test_summarize_metrics():
     outcomes = [
-        PlanOutcome(
+        Outcome(
             reward=1.0,
             domain="math",
-            plan_ok=True,
             workers=[3, 0],
-            steps=2,
+            plan_len=2,
             all_access_steps=1,
             calls=2,
             input_tokens=10,
             output_tokens=5,
             cost=0.5,
         ),
-        PlanOutcome(reward=0.5, domain="mcq", plan_ok=True, workers=[1], steps=1, calls=1),
-        PlanOutcome(reward=0.0, domain="mcq", format_code="missing_list"),
-        PlanOutcome(
-            reward=None, domain="math", plan_ok=True, infra_error=True, workers=[2], steps=1
-        ),
+        Outcome(reward=0.5, domain="mcq", workers=[1], plan_len=1, calls=1),
+        Outcome(reward=0.0, domain="mcq", format_error=True, format_error_code="missing_list"),
+        Outcome(reward=None, domain="math", infra_error=True, workers=[2], plan_len=1),
     ]
     m = summarize(outcomes, pool_size=4, best={"math": 0, "mcq": 1})
     assert m["reward_mean"] == pytest.approx(0.5)
@@ -184,15 +177,11 @@ def test_trl_convention_metrics_and_background_loop():
 
 
 def test_recursion_metrics_measure_keeping_right_answers_above_chance():
-    from conductor_core.train.evaluate import recursion_metrics
+    def first(correct: bool) -> Outcome:
+        return Outcome(reward=1.0 if correct else 0.5, domain="math", correct=correct)
 
-    def first(correct: bool) -> PlanOutcome:
-        return PlanOutcome(
-            reward=1.0 if correct else 0.5, domain="math", plan_ok=True, correct=correct
-        )
-
-    def second(keep: bool) -> PlanOutcome:
-        return PlanOutcome(reward=1.0, domain="math", plan_ok=True, keep=keep)
+    def second(keep: bool) -> Outcome:
+        return Outcome(reward=1.0, domain="math", kept=keep)
 
     # Keeps at random (half the time, whatever round 1 got): no discrimination.
     firsts = [first(c) for c in (True, True, False, False)]
@@ -203,7 +192,115 @@ def test_recursion_metrics_measure_keeping_right_answers_above_chance():
     ideal = recursion_metrics(firsts, [second(k) for k in (True, True, False, False)])
     assert ideal["keep_discrimination"] == 1.0 and ideal["revise_when_wrong"] == 1.0
     # An unparsable round-2 plan is neither a keep nor a revision.
-    broken = PlanOutcome(reward=0.0, domain="math", plan_ok=False)
+    broken = Outcome(reward=0.0, domain="math", format_error=True)
     got = recursion_metrics(firsts[2:], [broken, second(False)])
     assert got["keep_when_wrong"] == 0.0 and got["revise_when_wrong"] == 0.5
     assert got["round2_format_error_rate"] == 0.5
+
+
+def test_the_reward_runs_each_completion_through_solve(monkeypatch):
+    """solve() is the one place a plan is executed: the reward calls it once per execution, with
+    the completion as the plan text and the recursion context as its previous round."""
+    import conductor_core.train.reward as reward_module
+
+    calls = []
+    real = reward_module.solve
+
+    async def spy(question, source, pool, **kwargs):
+        calls.append((question, source.text, kwargs["previous"], kwargs["options"].worker_ids))
+        return await real(question, source, pool, **kwargs)
+
+    monkeypatch.setattr(reward_module, "solve", spy)
+    p = MATH[0]
+    previous = PreviousRound(plan=plan(1), answer="\\boxed{-1}")
+    r = make_reward(executions=2, rounds=RoundState(previous={1: previous}))
+    run(r, [plan(0), plan(0)], [p.id, p.id], offered=[[0, 1, 2, 3], [2, 3, 0, 1]])
+    assert [(c[0], c[1]) for c in calls] == [(p.question, plan(0))] * 4
+    assert [c[2] for c in calls].count(previous) == 2 and [c[2] for c in calls].count(None) == 2
+    assert {c[3] for c in calls} == {(0, 1, 2, 3), (2, 3, 0, 1)}
+    assert r.last_outcomes[1].workers == [2]  # "Model 0" of the second offer is pool worker 2
+
+
+# --------------------------------------------------------------------------------------------
+# Cost-aware reward (reward.cost_weight)
+
+
+def test_cost_weight_zero_leaves_rewards_unchanged():
+    ids = [p.id for p in MATH[:20]]
+    texts = [plan(0), plan(3), plan(0, 1), "no plan here"] * 5
+    plain = run(make_reward(), texts, ids)
+    zero = run(make_reward(cost_weight=0.0), texts, ids)
+    assert zero == plain
+    r = make_reward(cost_weight=0.0)
+    run(r, texts, ids)
+    assert "cost_penalty" not in r.last_metrics
+
+
+def test_cost_weight_lowers_reward_by_exactly_lambda_times_cost():
+    ids = [p.id for p in MATH[:20]]
+    texts = [plan(0), plan(3), plan(0, 1, 2)] * 6 + ["no plan here", plan(7)]
+    lam = 250.0
+    r = make_reward(cost_weight=lam)
+    out = run(r, texts, ids)
+    graded = [o.reward for o in r.last_outcomes]
+    assert run(make_reward(), texts, ids) == graded  # the outcome keeps the graded reward
+    for value, o in zip(out, r.last_outcomes, strict=True):
+        if o.plan_ok:
+            assert o.cost > 0
+            assert value == pytest.approx(o.reward - lam * o.cost, abs=1e-12)
+        else:  # format errors keep their 0
+            assert value == 0.0 and o.cost == 0
+    costly = [v for v, t in zip(out, texts, strict=True) if t == plan(0, 1, 2)]
+    single = [v for v, t in zip(out, texts, strict=True) if t == plan(0)]
+    assert max(costly) < 1.0 and max(single) < 1.0
+    penalties = [lam * o.cost for o in r.last_outcomes if o.plan_ok]
+    assert r.last_metrics["cost_penalty"] == pytest.approx(sum(penalties) / len(out))
+
+
+def test_cost_weight_divides_cost_by_executions():
+    ids = [p.id for p in MATH[:6]]
+    r = make_reward(cost_weight=100.0, executions=3)
+    out = run(r, [plan(0)] * 6, ids)
+    for value, o in zip(out, r.last_outcomes, strict=True):
+        assert o.calls == 3
+        assert value == pytest.approx(o.reward - 100.0 * o.cost / 3)
+
+
+def test_correct_cheap_plan_beats_correct_expensive_plan():
+    p = MATH[0]
+    cheap = Outcome(reward=1.0, correct=True, domain="math", workers=[3], plan_len=1, cost=0.0001)
+    dear = Outcome(reward=1.0, correct=True, domain="math", workers=[0], plan_len=1, cost=0.002)
+    state = RoundState(cached={0: cheap, 1: dear})
+    out = run(make_reward(rounds=state, cost_weight=100.0), ["x", "y"], [p.id, p.id])
+    assert out[0] > out[1]
+    assert out == [pytest.approx(1.0 - 0.01), pytest.approx(1.0 - 0.2)]
+    # Without the penalty they tie.
+    assert run(make_reward(rounds=state), ["x", "y"], [p.id, p.id]) == [1.0, 1.0]
+
+
+def test_cost_weight_keeps_infrastructure_failures_none():
+    data = POOL.model_dump()
+    for w in data["workers"]:
+        w["max_retries"] = 0
+        w["simulation"]["failures"] = {"server_error": 1.0}
+    from conductor_core.workers.config import PoolConfig
+
+    r = make_reward(pool=PoolConfig.model_validate(data), cost_weight=1000.0)
+    assert run(r, [plan(0), "no plan here"], [MATH[0].id] * 2) == [None, 0.0]
+    excluded = make_reward(rounds=RoundState(excluded={0}), cost_weight=1000.0)
+    assert run(excluded, [plan(0)], [MATH[0].id]) == [None]
+
+
+def test_cost_weight_config_field():
+    from conductor_core.train.config import RewardSpec, build_config
+
+    assert RewardSpec().cost_weight == 0.0
+    assert "reward points per dollar" in RewardSpec.model_fields["cost_weight"].description
+    config = build_config(
+        {}, stage="base", profile="tiny", overrides={"reward": {"cost_weight": 300}}
+    )
+    assert config.reward.cost_weight == 300.0
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        RewardSpec(cost_weight=-1)

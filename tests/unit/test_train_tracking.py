@@ -44,6 +44,8 @@ def test_default_uri_is_sqlite_under_the_output_dir(tmp_path, monkeypatch):
     assert isinstance(make_tracker(config), NoopTracker)
 
 
+# The tests on an MLflow store are marked slow: importing MLflow and creating a store take
+# seconds (make test-fast leaves them out; make test runs them).
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
     """One SQLite store for the module (creating one costs seconds); one experiment per test."""
@@ -61,6 +63,7 @@ def tracker(store, tmp_path, monkeypatch):
         mlflow.end_run()
 
 
+@pytest.mark.slow
 def test_mlflow_params_metrics_table_and_failed_status(tracker, tmp_path):
     import mlflow
 
@@ -84,6 +87,7 @@ def test_mlflow_params_metrics_table_and_failed_status(tracker, tmp_path):
     assert run.info.artifact_uri.startswith((tmp_path / "art").resolve().as_uri())
 
 
+@pytest.mark.slow
 def test_mlflow_reuses_an_injected_run_id(tracker, monkeypatch):
     import mlflow
 
@@ -109,6 +113,7 @@ def _tracker(tmp_path, uri: str, resume: bool = False) -> MlflowTracker:
     )
 
 
+@pytest.mark.slow
 def test_crashed_run_is_reopened_on_resume_and_ends_finished(store, tmp_path, monkeypatch):
     import mlflow
 
@@ -132,6 +137,7 @@ def test_crashed_run_is_reopened_on_resume_and_ends_finished(store, tmp_path, mo
     assert sorted((m.step, m.value) for m in history) == [(1, 0.25), (2, 0.75)]
 
 
+@pytest.mark.slow
 def test_fresh_start_and_other_store_open_a_new_run(store, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     first = _tracker(tmp_path, store)
@@ -150,6 +156,7 @@ def test_fresh_start_and_other_store_open_a_new_run(store, tmp_path, monkeypatch
     assert read_run_file(tmp_path / "out" / RUN_FILE, fresh.tracking_uri) is None
 
 
+@pytest.mark.slow
 def test_deleted_or_garbled_recorded_run_starts_a_new_one(store, tmp_path, monkeypatch):
     import mlflow
 
@@ -169,6 +176,7 @@ def test_deleted_or_garbled_recorded_run_starts_a_new_one(store, tmp_path, monke
     assert third.run_id not in (first.run_id, again.run_id)
 
 
+@pytest.mark.slow
 def test_mirror_record_is_read_when_the_run_file_is_gone(store, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     mirror = str(tmp_path / "ckpt" / RUN_FILE)
@@ -184,6 +192,7 @@ def test_mirror_record_is_read_when_the_run_file_is_gone(store, tmp_path, monkey
     assert again.run_id == first.run_id and again.resumed
 
 
+@pytest.mark.slow
 def test_injected_run_id_wins_over_the_recorded_run(store, tmp_path, monkeypatch):
     import mlflow
 
@@ -230,12 +239,13 @@ def test_mlflow_logs_and_registers_the_model_with_an_alias(tracker, tmp_path, mo
     model_dir = build_tiny_conductor(
         tmp_path / "m", hidden=64, heads=2, kv_heads=1, layers=1, vocab=300
     )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    from conductor_core.workflow.prompts import PROMPT_SPEC_FILE, save_prompt_spec
+
+    save_prompt_spec(model_dir, "compact")
     tracker.start()
-    uri = tracker.log_model(model, tok, registered_name="conductor-unit", alias="champion")
+    uri = tracker.log_model(model_dir, registered_name="conductor-unit", alias="champion")
     tracker.finish()
     assert uri == "models:/conductor-unit@champion"
     version = mlflow.MlflowClient().get_model_version_by_alias("conductor-unit", "champion")
@@ -243,7 +253,7 @@ def test_mlflow_logs_and_registers_the_model_with_an_alias(tracker, tmp_path, mo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.tracking_uri)
     folder = load_model_dir(uri, tmp_path / "loaded")
     names = {p.name for p in folder.iterdir()}
-    assert {"config.json", "tokenizer_config.json"} <= names
+    assert {"config.json", "tokenizer_config.json", PROMPT_SPEC_FILE} <= names
     assert any(n.endswith(".safetensors") for n in names)
     reloaded = AutoModelForCausalLM.from_pretrained(folder)
     assert reloaded.config.hidden_size == 64

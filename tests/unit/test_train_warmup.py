@@ -70,6 +70,7 @@ def test_prompt_loss_switch(tiny):
     assert full == ids
 
 
+@pytest.mark.slow  # a dozen optimizer steps on the tiny model (4-20 s on 2 shared cores)
 def test_run_warmup_lowers_the_loss(tiny):
     model, tok = tiny
     config = build_config(

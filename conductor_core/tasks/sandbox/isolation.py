@@ -135,7 +135,7 @@ _ETC_FILES = (
 )
 
 
-def _bwrap_argv(limits: SandboxLimits, file_fds: dict[str, int]) -> list[str]:
+def bwrap_argv(limits: SandboxLimits, file_fds: dict[str, int]) -> list[str]:
     """bubblewrap arguments: fresh namespaces, read-only system dirs, private tmpfs dirs."""
     argv = [shutil.which("bwrap") or "bwrap"]
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -194,7 +194,7 @@ def build_plan(
     """The argv for one run in ``mode`` (``bwrap``, ``unshare`` or ``rlimits``)."""
     root = _is_root()
     if mode == "bwrap":
-        prefix = _bwrap_argv(limits, file_fds)
+        prefix = bwrap_argv(limits, file_fds)
         workdir = SANDBOX_DIR
         drop = root
         chown = [SANDBOX_DIR, "/tmp"]

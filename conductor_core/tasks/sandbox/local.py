@@ -23,6 +23,7 @@ from conductor_core.tasks.sandbox.isolation import (
     available_modes,
     build_plan,
 )
+from conductor_core.tasks.sandbox.outcome import RunOutcome, classify, scrubbed_env, signal_of
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
@@ -31,24 +32,6 @@ ALL_MODES = ("zygote", *MODES)
 _READ_CHUNK = 65536
 _EXIT_GRACE_S = 0.2
 _uid_rng = random.SystemRandom()
-
-
-def scrubbed_env(workdir: str) -> dict[str, str]:
-    """The whole environment of a run: a fixed allow-list, never anything inherited."""
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": "/tmp",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "PYTHONIOENCODING": "utf-8",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-    }
 
 
 def _check_files(files: dict[str, str] | None) -> dict[str, str]:
@@ -114,36 +97,11 @@ def _exited(proc: subprocess.Popen) -> bool:
     return info is not None
 
 
-def _signal_of(returncode: int, mode: str) -> int | None:
-    """The signal that ended the program, if any (bwrap reports 128+N for a signal)."""
-    if returncode < 0:
-        return -returncode
-    if mode == "bwrap" and 128 < returncode < 128 + 65:
-        return returncode - 128
-    return None
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-class _Outcome:
-    __slots__ = ("marker", "out_killed", "stderr", "stdout", "timed_out")
-
-    def __init__(self) -> None:
-        self.stdout = bytearray()
-        self.stderr = bytearray()
-        self.marker = False
-        self.timed_out = False
-        self.out_killed = False
-
-
 def _pump(
     proc: subprocess.Popen, marker_r: int, stdin: bytes, limits: SandboxLimits, start: float
-) -> _Outcome:
+) -> RunOutcome:
     """Feed stdin, read stdout/stderr incrementally, enforce the wall clock and output cap."""
-    result = _Outcome()
+    result = RunOutcome()
     deadline = start + float(limits.wall_s)
     sel = selectors.DefaultSelector()
     assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
@@ -197,33 +155,6 @@ def _pump(
     finally:
         sel.close()
     return result
-
-
-def _classify(
-    out: _Outcome, returncode: int | None, limits: SandboxLimits, mode: str
-) -> tuple[str, str]:
-    stderr = out.stderr.decode("utf-8", "replace")
-    if out.out_killed:
-        return "output_limit", f"output exceeded {limits.output_bytes} bytes; run killed"
-    if not out.marker:
-        if out.timed_out:
-            return "sandbox_error", f"sandbox did not start within {limits.wall_s:g} s"
-        detail = _last_line(stderr) or f"exit code {returncode}"
-        return "sandbox_error", f"sandbox failed to start the program ({mode}): {detail}"
-    if out.timed_out:
-        return "timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded; process tree killed"
-    if returncode == 0:
-        return "ok", "exit code 0"
-    last = _last_line(stderr)
-    if "MemoryError" in last or "Cannot allocate memory" in last or "bad_alloc" in last:
-        return "memory", f"memory limit of {limits.memory_mb} MiB exceeded: {last}"
-    sig = _signal_of(returncode or 0, mode)
-    if sig == signal.SIGXCPU:
-        return "timeout", f"CPU time limit of {limits.cpu_s:g} s exceeded (SIGXCPU)"
-    if sig is not None:
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        return "killed", f"killed by signal {name}" + (f": {last}" if last else "")
-    return "error", last or f"exit code {returncode}"
 
 
 class LocalSandbox:
@@ -402,8 +333,8 @@ class LocalSandbox:
                         stream.close()
             wall = time.monotonic() - start
             rc = proc.returncode
-            status, reason = _classify(out, rc, limits, mode)
-            sig = _signal_of(rc, mode) if rc is not None else None
+            status, reason = classify(out, rc, limits, mode)
+            sig = signal_of(rc, mode) if rc is not None else None
             returncode = -sig if sig is not None else rc
             if status == "sandbox_error":
                 returncode = None

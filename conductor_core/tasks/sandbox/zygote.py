@@ -375,14 +375,14 @@ class _Zygote:
     def __init__(self) -> None:
         import subprocess
 
-        from conductor_core.tasks.sandbox.isolation import _bwrap_argv, python_roots, site_dirs
-        from conductor_core.tasks.sandbox.local import scrubbed_env
+        from conductor_core.tasks.sandbox.isolation import bwrap_argv, python_roots, site_dirs
+        from conductor_core.tasks.sandbox.outcome import scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxLimits
 
         with open(__file__, encoding="utf-8") as fh:
             source = fh.read()
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = _bwrap_argv(SandboxLimits(), {})
+        argv = bwrap_argv(SandboxLimits(), {})
         tmp_roots = [r for r in python_roots() if r == "/tmp" or r.startswith("/tmp/")]
         stashes = [(f"/.conductor-pyroot-{i}", root) for i, root in enumerate(tmp_roots)]
         binds = [x for stash, root in stashes for x in ("--ro-bind", root, stash)]
@@ -583,7 +583,7 @@ class ZygotePool:
     def run(self, code: str, stdin: str, limits, files: dict[str, str]):
         """Run one program (``limits``: SandboxLimits, ``files`` already validated) and return
         a SandboxResult; infrastructure failures give ``sandbox_error``."""
-        from conductor_core.tasks.sandbox.local import _classify, _Outcome, scrubbed_env
+        from conductor_core.tasks.sandbox.outcome import RunOutcome, classify, scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxResult
 
         start = time.monotonic()
@@ -635,7 +635,7 @@ class ZygotePool:
             self._release(z, False)
             return infra(f"zygote sandbox failed: {pump.broken or report['error']}")
         self._release(z, True)
-        out = _Outcome()
+        out = RunOutcome()
         out.stdout, out.stderr = pump.stdout, pump.stderr
         out.marker = bool(report.get("marker"))
         out.timed_out = bool(report.get("timed_out")) and not pump.out_killed
@@ -644,7 +644,7 @@ class ZygotePool:
         rc = os.waitstatus_to_exitcode(raw) if isinstance(raw, int) else None
         if rc is None and not out.timed_out and not out.out_killed and out.marker:
             return infra("zygote reported no exit status for the program")
-        status, reason = _classify(out, rc, limits, "zygote")
+        status, reason = classify(out, rc, limits, "zygote")
         return SandboxResult(
             status,
             None if status == "sandbox_error" else rc,

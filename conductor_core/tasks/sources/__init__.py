@@ -54,7 +54,7 @@ INFO: dict[str, BenchmarkInfo] = {
             "math",
             "HuggingFaceH4/MATH-500",
             "problem, solution, answer, subject, level, unique_id",
-            "",
+            "subset (paper100 or an id file)",
             "math_sources:load_math500",
         ),
         BenchmarkInfo(
@@ -62,7 +62,7 @@ INFO: dict[str, BenchmarkInfo] = {
             "mcq",
             "cais/mmlu (all)",
             "question, subject, choices, answer (int)",
-            "subject",
+            "subject, part train|heldout, heldout_fraction",
             "mcq_sources:load_mmlu",
         ),
         BenchmarkInfo(
@@ -70,7 +70,7 @@ INFO: dict[str, BenchmarkInfo] = {
             "freeform",
             "openbmb/RLPR-train-dataset",
             "prompt (messages), reward_model.ground_truth, data_source, ability, extra_info",
-            "",
+            "part train|heldout, heldout_fraction",
             "math_sources:load_rlpr",
         ),
         BenchmarkInfo(

@@ -194,6 +194,7 @@ def _lcb_problem(row: dict[str, Any], released: date, include_private: bool) -> 
             "difficulty": row.get("difficulty"),
             "platform": row.get("platform"),
             "title": row.get("question_title"),
+            "statement": str(row["question_content"]),
             "contest_id": row.get("contest_id"),
             "starter_code": row.get("starter_code") or "",
             "n_public_tests": len(public),
@@ -273,6 +274,7 @@ def load_bigcodebench(path: str | None, split: str | None, **options: Any) -> li
                     "prompt": code_prompt,
                 },
                 metadata={
+                    "statement": str(prompt),
                     "subset": subset,
                     "split": variant,
                     "libs": list(libs or []),

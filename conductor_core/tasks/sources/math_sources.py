@@ -15,6 +15,7 @@ from conductor_core.tasks.sources._io import (
     load_rows,
     stable_id,
 )
+from conductor_core.tasks.sources.local import in_part
 
 MATH_HUB = HubRef("DigitalLearningGmbH/MATH-lighteval", "default", "test")
 MATH500_HUB = HubRef("HuggingFaceH4/MATH-500", None, "test")
@@ -54,12 +55,54 @@ def load_math(path: str | None, split: str | None, **options: Any) -> list[Probl
     return out
 
 
+MATH500_SUBSETS = {"paper100": "math500_paper100.txt"}
+"""Named id lists of MATH500 shipped in ``conductor_core/resources/eval``."""
+
+
+def math500_subset_ids(subset: str) -> list[str]:
+    """The ``unique_id`` list of a named MATH500 subset (``paper100``) or of an id file (one per
+    line, ``#`` comments)."""
+    from importlib import resources
+
+    if subset in MATH500_SUBSETS:
+        text = (
+            resources.files("conductor_core.resources") / "eval" / MATH500_SUBSETS[subset]
+        ).read_text(encoding="utf-8")
+    else:
+        from pathlib import Path
+
+        f = Path(subset).expanduser()
+        if not f.is_file():
+            raise BenchmarkSourceError(
+                f"math500: option 'subset' must be one of {', '.join(MATH500_SUBSETS)} or a file "
+                f"of unique_ids, got {subset!r}"
+            )
+        text = f.read_text(encoding="utf-8")
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
 def load_math500(path: str | None, split: str | None, **options: Any) -> list[Problem]:
-    """MATH500: columns problem, solution, answer, subject, level, unique_id."""
+    """MATH500: columns problem, solution, answer, subject, level, unique_id.
+
+    Option ``subset``: ``paper100`` (the fixed 100-question split of the paper's evaluation,
+    shipped in resources/eval/math500_paper100.txt) or a file of ``unique_id``s; every listed id
+    must be present in the data.
+    """
+    subset = options.pop("subset", None)
     hub = hub_override(MATH500_HUB, options)
     rows = load_rows(
         "math500", path=path, hub=hub, split=split, required=["problem", "answer", "unique_id"]
     )
+    if subset is not None:
+        wanted = math500_subset_ids(str(subset))
+        by_id = {str(r["unique_id"]): r for r in rows}
+        absent = [i for i in wanted if i not in by_id]
+        if absent:
+            raise BenchmarkSourceError(
+                f"math500: {len(absent)} id(s) of subset '{subset}' are not in the data "
+                f"(e.g. {absent[0]}); give the full MATH-500 test split"
+            )
+        rows = [by_id[i] for i in wanted]
     return [
         Problem(
             id=f"math500/{row['unique_id']}",
@@ -160,8 +203,12 @@ def load_rlpr(path: str | None, split: str | None, **options: Any) -> list[Probl
     Columns: ``prompt`` (chat messages; the last user message is the question; a plain string
     is accepted), ``reward_model`` (``{"ground_truth": ..., "style": ...}``; the reference),
     optional ``data_source``, ``ability`` and ``extra_info`` (``index`` becomes the id).
-    Graded as free-form.
+    Graded as free-form. Option ``part`` (``train`` / ``heldout``, with ``heldout_fraction``,
+    default 0.1) keeps one side of a fixed hash partition of the ids: the paper's RLPR test
+    questions are held out of the same dataset.
     """
+    part = options.pop("part", None)
+    fraction = options.pop("heldout_fraction", None)
     hub = hub_override(RLPR_HUB, options)
     rows = load_rows("rlpr", path=path, hub=hub, split=split, required=["prompt", "reward_model"])
     out = []
@@ -176,9 +223,12 @@ def load_rlpr(path: str | None, split: str | None, **options: Any) -> list[Probl
             )
         extra = row.get("extra_info") or {}
         index = extra.get("index") if isinstance(extra, dict) else None
+        pid = f"rlpr/{index if index is not None else stable_id(question)}"
+        if not in_part(pid, part, fraction):
+            continue
         out.append(
             Problem(
-                id=f"rlpr/{index if index is not None else stable_id(question)}",
+                id=pid,
                 source="rlpr",
                 domain=Domain.FREEFORM,
                 question=question,
@@ -187,6 +237,7 @@ def load_rlpr(path: str | None, split: str | None, **options: Any) -> list[Probl
                     "data_source": row.get("data_source"),
                     "ability": row.get("ability"),
                     "split": split or hub.split,
+                    "part": part,
                 },
             )
         )

@@ -14,6 +14,7 @@ from conductor_core.tasks.sources._io import (
     load_rows,
     stable_id,
 )
+from conductor_core.tasks.sources.local import in_part
 
 MMLU_HUB = HubRef("cais/mmlu", "all", "test")
 GPQA_HUB = HubRef("Idavidrein/gpqa", "gpqa_diamond", "train", gated=True)
@@ -31,10 +32,15 @@ def format_mcq(question: str, choices: list[str]) -> str:
 def load_mmlu(path: str | None, split: str | None, **options: Any) -> list[Problem]:
     """MMLU (cais/mmlu, config all): columns question, subject, choices (list), answer (int 0-3).
 
-    An ``answer`` given as a letter is accepted too. Option ``subject`` keeps one subject.
+    An ``answer`` given as a letter is accepted too. Option ``subject`` keeps one subject;
+    ``part`` (``train`` or ``heldout``, with ``heldout_fraction``, default 0.1) keeps one side of
+    a fixed hash partition of the ids (see :func:`~conductor_core.tasks.sources.local.in_part`),
+    so training and evaluation can share one split without sharing a question.
     """
     hub = hub_override(MMLU_HUB, options)
     only_subject = options.pop("subject", None)
+    part = options.pop("part", None)
+    fraction = options.pop("heldout_fraction", None)
     rows = load_rows(
         "mmlu", path=path, hub=hub, split=split, required=["question", "choices", "answer"]
     )
@@ -61,15 +67,18 @@ def load_mmlu(path: str | None, split: str | None, **options: Any) -> list[Probl
                 f"{len(choices)} choices"
             )
         question = str(row["question"])
+        pid = f"mmlu/{subject or 'all'}/{stable_id(question, *choices)}"
+        if not in_part(pid, part, fraction):
+            continue
         out.append(
             Problem(
-                id=f"mmlu/{subject or 'all'}/{stable_id(question, *choices)}",
+                id=pid,
                 source="mmlu",
                 domain=Domain.MCQ,
                 question=format_mcq(question, choices),
                 reference=LETTERS[idx],
                 choices=choices,
-                metadata={"subject": subject, "split": split or hub.split},
+                metadata={"subject": subject, "split": split or hub.split, "part": part},
             )
         )
     return out

@@ -22,9 +22,8 @@ from typing import Any
 from conductor_core.errors import require
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.keys import resolve_key
-from conductor_core.workers.providers import clean_message, error_for_status, malformed
-from conductor_core.workers.resilience import parse_retry_after
-from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
+from conductor_core.workers.providers.errors import clean_message, malformed, map_sdk_error
+from conductor_core.workers.types import Completion, Messages, ProviderError, Usage
 
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 MIN_THINKING_BUDGET = 1024
@@ -122,22 +121,7 @@ class AnthropicProvider:
         )
 
     def _map_error(self, exc: Exception) -> ProviderError:
-        sdk = self._sdk
-        detail = clean_message(getattr(exc, "message", None) or exc, self._secrets)
-        if isinstance(exc, sdk.APITimeoutError):
-            return ProviderError(
-                f"request timed out: {detail}", kind=ErrorKind.TIMEOUT, retryable=True
-            )
-        if isinstance(exc, sdk.APIConnectionError):
-            return ProviderError(
-                f"connection failed: {detail}", kind=ErrorKind.CONNECTION, retryable=True
-            )
-        if isinstance(exc, sdk.APIResponseValidationError):
-            return malformed(f"response did not match the API schema: {detail}")
-        if isinstance(exc, sdk.APIStatusError):
-            headers = getattr(getattr(exc, "response", None), "headers", None)
-            return error_for_status(exc.status_code, detail, retry_after=parse_retry_after(headers))
-        return malformed(f"unusable response: {detail}")
+        return map_sdk_error(exc, self._secrets)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

@@ -19,8 +19,12 @@ from typing import Any
 from conductor_core.errors import require
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.keys import resolve_key
-from conductor_core.workers.providers import clean_message, error_for_status, malformed
-from conductor_core.workers.resilience import parse_retry_after
+from conductor_core.workers.providers.errors import (
+    clean_message,
+    malformed,
+    map_sdk_error,
+    map_transport_error,
+)
 from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
 
 
@@ -114,33 +118,17 @@ class GeminiProvider:
         )
 
     def _map_api_error(self, exc: Any) -> ProviderError:
-        detail = clean_message(getattr(exc, "message", None) or exc, self._secrets)
         code = int(getattr(exc, "code", 0) or 0)
-        headers = getattr(getattr(exc, "response", None), "headers", None)
-        if code <= 0:
-            return malformed(f"unusable response: {detail}")
         if code == 400 and "API key" in str(getattr(exc, "message", "")):
+            # Gemini answers an invalid key with 400 (not 401): an auth error, not retried.
+            detail = clean_message(getattr(exc, "message", None) or exc, self._secrets)
             return ProviderError(
                 f"HTTP 400: {detail}", kind=ErrorKind.AUTH, retryable=False, status=400
             )
-        return error_for_status(code, detail, retry_after=parse_retry_after(headers))
+        return map_sdk_error(exc, self._secrets, status=code if code > 0 else None)
 
     def _map_transport_error(self, exc: Exception) -> ProviderError:
-        detail = clean_message(f"{type(exc).__name__}: {exc}", self._secrets)
-        name = type(exc).__name__.lower()
-        if "timeout" in name or isinstance(exc, TimeoutError):
-            return ProviderError(
-                f"request timed out: {detail}", kind=ErrorKind.TIMEOUT, retryable=True
-            )
-        if isinstance(exc, (ValueError, TypeError, KeyError)):
-            return malformed(f"unreadable response: {detail}")
-        if isinstance(exc, OSError) or any(
-            word in name for word in ("connect", "transport", "network", "protocol", "disconnect")
-        ):
-            return ProviderError(
-                f"connection failed: {detail}", kind=ErrorKind.CONNECTION, retryable=True
-            )
-        return ProviderError(f"unexpected error: {detail}", kind=ErrorKind.SERVER, retryable=False)
+        return map_transport_error(exc, self._secrets)
 
     async def aclose(self) -> None:
         """Close the client's HTTP sessions."""

@@ -16,16 +16,14 @@ The SDK's own retries are off (``max_retries=0``): the pool retries, with its ow
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlparse
 
 from conductor_core.errors import require
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.keys import resolve_key
-from conductor_core.workers.providers import clean_message, error_for_status, malformed
-from conductor_core.workers.resilience import parse_retry_after
-from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
+from conductor_core.workers.providers.errors import clean_message, malformed, map_sdk_error
+from conductor_core.workers.types import Completion, Messages, ProviderError, Usage
 
 _OFFICIAL_HOST_SUFFIXES = ("openai.com", "openai.azure.com")
 
@@ -124,27 +122,7 @@ class OpenAIProvider:
         )
 
     def _map_error(self, exc: Exception) -> ProviderError:
-        openai = self._openai
-        detail = clean_message(getattr(exc, "message", None) or exc, self._secrets)
-        if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(
-                f"request timed out: {detail}", kind=ErrorKind.TIMEOUT, retryable=True
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(
-                f"cannot reach {self.worker.endpoint}: {detail}",
-                kind=ErrorKind.CONNECTION,
-                retryable=True,
-            )
-        if isinstance(exc, openai.APIResponseValidationError):
-            return malformed(f"response did not match the API schema: {detail}")
-        if isinstance(exc, openai.APIStatusError):
-            response = getattr(exc, "response", None)
-            headers = getattr(response, "headers", None)
-            return error_for_status(exc.status_code, detail, retry_after=parse_retry_after(headers))
-        if isinstance(exc, json.JSONDecodeError):
-            return malformed(f"response is not JSON: {detail}")
-        return malformed(f"unusable response: {detail}")
+        return map_sdk_error(exc, self._secrets, where=self.worker.endpoint)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from conductor_core.errors import ConductorError, ConfigError, MissingDependencyError, require
 from conductor_core.workers.config import WorkerConfig
-from conductor_core.workers.providers import clean_message, malformed
+from conductor_core.workers.providers.errors import clean_message, malformed
 from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures, and the learning experiment harness (bench.learning)."""

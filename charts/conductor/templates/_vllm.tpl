@@ -1,0 +1,285 @@
+{{/*
+A vLLM OpenAI-compatible server: Deployment, Service and (with persistent storage and no
+existing claim) a PersistentVolumeClaim.
+Argument: dict
+  "root"      the chart's root context
+  "name"      object name (Deployment, Service)
+  "key"       folder name of the weights under /models (conductor, or the worker's name)
+  "component" app.kubernetes.io/component (conductor-model | worker)
+  "worker"    the worker's name ("" for the Conductor)
+  "spec"      the server's values (conductorModel, or a pool worker's deploy block)
+*/}}
+{{- define "conductor.vllmServer" -}}
+{{- $root := .root -}}
+{{- $d := $root.Values.vllm -}}
+{{- $s := .spec -}}
+{{- $labelArgs := dict "root" $root "component" .component "worker" .worker -}}
+{{- $image := mergeOverwrite (deepCopy $d.image) ($s.image | default dict) -}}
+{{- $storage := mergeOverwrite (deepCopy $d.storage) ($s.storage | default dict) -}}
+{{- $runtimeClass := $s.runtimeClassName | default $d.runtimeClassName -}}
+{{- $nodeSelector := $s.nodeSelector | default $d.nodeSelector -}}
+{{- $tolerations := $s.tolerations | default $d.tolerations -}}
+{{- $affinity := $s.affinity | default $d.affinity -}}
+{{- $gpus := int (dig "gpu" "count" 1 $s) -}}
+{{- $tp := int ($s.tensorParallelSize | default 1) -}}
+{{- $rest := div $gpus $tp -}}
+{{- $remote := include "conductor.isRemoteSource" $s.source -}}
+{{- $modelPath := $s.source -}}
+{{- if $remote }}{{ $modelPath = printf "/models/%s" .key }}{{ end -}}
+{{- $claim := $storage.existingClaim | default (printf "%s-models" .name) -}}
+{{- $hfToken := $root.Values.huggingfaceToken -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "conductor.componentLabels" $labelArgs | nindent 4 }}
+spec:
+  replicas: {{ $s.replicaCount | default 1 }}
+  # A new pod needs the GPUs of the old one: replace, do not surge.
+  strategy:
+    type: Recreate
+  selector:
+    matchLabels:
+      {{- include "conductor.selectorLabels" $labelArgs | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "conductor.componentLabels" $labelArgs | nindent 8 }}
+      {{- with $d.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "conductor.serviceAccountName" $root }}
+      automountServiceAccountToken: {{ $root.Values.serviceAccount.automountToken }}
+      # No <SERVICE>_PORT variables: a Service named "vllm" would set VLLM_PORT, which vLLM reads.
+      enableServiceLinks: false
+      {{- with $runtimeClass }}
+      runtimeClassName: {{ . }}
+      {{- end }}
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $d.podSecurityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if $remote }}
+      initContainers:
+        # Downloads the weights (s3://, models:/NAME@ALIAS, runs:/) with the library's own
+        # loader, then links /models/{{ .key }} to the folder holding config.json.
+        - name: fetch-weights
+          image: "{{ $d.fetcher.image.repository }}:{{ $d.fetcher.image.tag }}"
+          imagePullPolicy: {{ $d.fetcher.image.pullPolicy }}
+          command:
+            - python
+            - -c
+            - |
+              import os, pathlib, sys
+              root = pathlib.Path("/models")
+              link = root / os.environ["MODEL_KEY"]
+              (root / ".tmp").mkdir(exist_ok=True)
+              if os.environ.get("SKIP_IF_PRESENT") == "true" and (link / "config.json").is_file():
+                  print(f"{link} is present: not downloading", flush=True)
+                  sys.exit(0)
+              from conductor_core.errors import ConductorError
+              from conductor_core.track.registry import load_model_dir
+              try:
+                  folder = load_model_dir(os.environ["MODEL_URI"], root / ".download" / link.name)
+              except ConductorError as exc:
+                  sys.exit(f"cannot fetch {os.environ['MODEL_URI']}: {exc}")
+              if link.is_symlink() or link.exists():
+                  link.unlink()
+              link.symlink_to(os.path.relpath(folder, root))
+              print(f"{os.environ['MODEL_URI']} -> {link} ({folder})", flush=True)
+          env:
+            - name: MODEL_URI
+              value: {{ $s.source | quote }}
+            - name: MODEL_KEY
+              value: {{ .key | quote }}
+            - name: SKIP_IF_PRESENT
+              value: {{ and $d.fetcher.skipIfPresent (eq $storage.type "persistentVolumeClaim") | quote }}
+            - name: TMPDIR
+              value: /models/.tmp
+            {{- with include "conductor.s3Env" $root | trim }}
+            {{- . | nindent 12 }}
+            {{- end }}
+          {{- with include "conductor.mlflowEnvFrom" $root }}
+          envFrom:
+            {{- . | nindent 12 }}
+          {{- end }}
+          resources:
+            {{- toYaml $d.fetcher.resources | nindent 12 }}
+          securityContext:
+            runAsNonRoot: true
+            runAsUser: 10001
+            runAsGroup: 10001
+            allowPrivilegeEscalation: false
+            capabilities:
+              drop: ["ALL"]
+          volumeMounts:
+            - name: models
+              mountPath: /models
+      {{- end }}
+      containers:
+        - name: vllm
+          image: "{{ $image.repository }}:{{ $image.tag }}"
+          imagePullPolicy: {{ $image.pullPolicy }}
+          command:
+            {{- toYaml $d.command | nindent 12 }}
+          args:
+            - {{ $modelPath | quote }}
+            - --served-model-name
+            - {{ .served | quote }}
+            - --host
+            - "0.0.0.0"
+            - --port
+            - {{ $d.port | quote }}
+            - --tensor-parallel-size
+            - {{ $tp | quote }}
+            {{- if gt $rest 1 }}
+            - {{ ternary "--pipeline-parallel-size" "--data-parallel-size" (eq ($s.remainingGpusAs | default "data") "pipeline") }}
+            - {{ $rest | quote }}
+            {{- end }}
+            {{- with $s.maxModelLen }}
+            - --max-model-len
+            - {{ . | quote }}
+            {{- end }}
+            {{- with $s.gpuMemoryUtilization }}
+            - --gpu-memory-utilization
+            - {{ . | quote }}
+            {{- end }}
+            {{- with $s.dtype }}
+            - --dtype
+            - {{ . | quote }}
+            {{- end }}
+            {{- range $s.extraArgs }}
+            - {{ . | quote }}
+            {{- end }}
+          env:
+            - name: HF_HOME
+              value: /models/.hf-cache
+            {{- if $remote }}
+            - name: HF_HUB_OFFLINE
+              value: "1"
+            {{- end }}
+            - name: HF_HUB_DISABLE_TELEMETRY
+              value: "1"
+            - name: VLLM_NO_USAGE_STATS
+              value: "1"
+            {{- if and (not $remote) (or $hfToken.value $hfToken.existingSecret) }}
+            - name: HF_TOKEN
+              valueFrom:
+                secretKeyRef:
+                  name: {{ $hfToken.existingSecret | default (include "conductor.secretName" $root) }}
+                  key: {{ ternary $hfToken.key "HF_TOKEN" (ne $hfToken.existingSecret "") }}
+            {{- end }}
+            {{- with $s.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          ports:
+            - name: http
+              containerPort: {{ $d.port }}
+              protocol: TCP
+          # Loading the weights into the GPUs takes minutes: the startup probe's budget is
+          # periodSeconds x failureThreshold; liveness starts only after it succeeds.
+          startupProbe:
+            httpGet:
+              path: /health
+              port: http
+            {{- toYaml $d.startupProbe | nindent 12 }}
+          readinessProbe:
+            httpGet:
+              path: /health
+              port: http
+            {{- toYaml $d.readinessProbe | nindent 12 }}
+          livenessProbe:
+            httpGet:
+              path: /health
+              port: http
+            {{- toYaml $d.livenessProbe | nindent 12 }}
+          resources:
+            {{- $resources := deepCopy ($s.resources | default dict) }}
+            {{- $limits := $resources.limits | default dict }}
+            {{- $_ := set $limits $d.gpuResource $gpus }}
+            {{- $_ := set $resources "limits" $limits }}
+            {{- if hasKey $resources "requests" }}
+            {{- $_ := set $resources.requests $d.gpuResource $gpus }}
+            {{- end }}
+            {{- toYaml $resources | nindent 12 }}
+          volumeMounts:
+            - name: models
+              mountPath: /models
+            - name: dshm
+              mountPath: /dev/shm
+      volumes:
+        - name: models
+          {{- if eq $storage.type "persistentVolumeClaim" }}
+          persistentVolumeClaim:
+            claimName: {{ $claim }}
+          {{- else }}
+          emptyDir:
+            {{- with $storage.sizeLimit }}
+            sizeLimit: {{ . }}
+            {{- end }}
+          {{- end }}
+        # Shared memory of the tensor-parallel workers (NCCL); the container default is 64 MiB.
+        - name: dshm
+          emptyDir:
+            medium: Memory
+            sizeLimit: {{ $d.shmSizeLimit }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "conductor.componentLabels" $labelArgs | nindent 4 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "conductor.selectorLabels" $labelArgs | nindent 4 }}
+  ports:
+    - name: http
+      port: {{ $d.port }}
+      targetPort: http
+      protocol: TCP
+{{- if and (eq $storage.type "persistentVolumeClaim") (not $storage.existingClaim) }}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {{ $claim }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "conductor.componentLabels" $labelArgs | nindent 4 }}
+  annotations:
+    # Weights are expensive to fetch again: keep the claim when the release is deleted.
+    helm.sh/resource-policy: keep
+spec:
+  accessModes:
+    {{- toYaml $storage.accessModes | nindent 4 }}
+  {{- with $storage.storageClassName }}
+  storageClassName: {{ . }}
+  {{- end }}
+  resources:
+    requests:
+      storage: {{ $storage.size }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,5 @@
+"""The `curate` component."""
+
+from components.curate.component import curate
+
+__all__ = ["curate"]

@@ -1,0 +1,5 @@
+"""The `train` component."""
+
+from components.train.component import train
+
+__all__ = ["train"]

@@ -1,0 +1,5 @@
+"""The `validate` component."""
+
+from components.validate.component import validate
+
+__all__ = ["validate"]

@@ -1,0 +1,313 @@
+"""MASRouter (Yue et al., 2025, "MasRouter: Learning to Route LLMs for Multi-Agent Systems"), as a
+baseline: a simplified, documented version.
+
+MASRouter builds a multi-agent system per question with a cascaded controller, trained by policy
+gradient on utility minus cost:
+
+1. collaboration-mode determiner: picks how the agents work together;
+2. role allocator: picks each agent's role (roles are text descriptions embedded by the encoder);
+3. LLM router: picks the worker that plays each role.
+
+Here (all choices conditioned on the frozen sentence embedding of the question, each level also on
+the levels above it):
+
+* modes (:data:`MODES`) are multi-step plans in our workflow format: ``single`` (one agent),
+  ``chain`` (an agent solves, a second one reviews with ``["all"]`` access) and ``debate`` (two
+  agents answer independently, a judge reads both);
+* roles (:data:`ROLES`) are chosen per agent by a bilinear score between the question and the
+  role description's embedding (plus a per-mode, per-slot bias); a role becomes the agent's
+  subtask wording;
+* workers are chosen per agent from the question and the role embedding against learnable worker
+  embeddings.
+
+Training (REINFORCE with a per-question group-mean baseline and an entropy bonus) needs no
+executions: the same per-worker correctness the ``single:W`` records hold scores a plan through a
+surrogate: ``single`` scores its worker's correctness ``c``; a last agent who reads a right answer
+keeps it with probability ``keep_right`` (``chain``: ``c_b + (1 - c_b) c_a k``; ``debate``:
+``c_j + (1 - c_j) (1 - (1 - c_1)(1 - c_2)) k``); each call costs ``cost_weight``. This is the main
+simplification (the paper executes the sampled systems and rewards their real outcomes); with it,
+roles carry no reward signal of their own, so the role choice rests on the question-to-description
+similarity. Inference takes the most likely choice at every level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conductor_core.evaluate.methods import SOLVE
+from conductor_core.evaluate.records import EvalRecord
+from conductor_core.evaluate.routers.base import (
+    WEIGHTS_FILE,
+    correctness_table,
+    read_router_meta,
+    save_router,
+    saved_encoder,
+    torch_threads,
+)
+from conductor_core.evaluate.routers.encoder import SentenceEncoder, get_encoder
+from conductor_core.tasks.problem import Problem
+from conductor_core.workflow.model import ALL, Step, Workflow
+
+MODES: tuple[str, ...] = ("single", "chain", "debate")
+AGENTS = {"single": 1, "chain": 2, "debate": 3}
+
+ROLES: tuple[tuple[str, str], ...] = (
+    ("solver", "A careful general problem solver who answers questions of any kind."),
+    (
+        "mathematician",
+        "A mathematician who computes arithmetic and algebra step by step and checks the result.",
+    ),
+    (
+        "analyst",
+        "An analyst who answers multiple-choice questions by comparing the options and "
+        "eliminating the wrong ones.",
+    ),
+    (
+        "linguist",
+        "A linguist who handles words, spelling, letters and text transformations precisely.",
+    ),
+)
+"""Roles as (name, description); the description is what the encoder embeds."""
+
+
+def role_subtask(mode: str, slot: int, role: str) -> str:
+    """The subtask of the agent in ``slot`` of ``mode`` playing ``role``."""
+    if mode == "chain" and slot == 1:
+        return (
+            f"As a {role}, review the previous answer critically, fix any mistake, and give the "
+            "final answer in the required format."
+        )
+    if mode == "debate" and slot == 2:
+        return (
+            f"As a {role}, judge the agents' answers: check them critically and give the one "
+            "correct final answer in the required format."
+        )
+    return f"As a {role}: {SOLVE}"
+
+
+def build_plan(mode: str, roles: Sequence[str], workers: Sequence[int]) -> Workflow:
+    """The workflow of a collaboration mode with its agents' roles and workers."""
+    n = AGENTS[mode]
+    if len(roles) != n or len(workers) != n:
+        raise ValueError(f"mode {mode} needs {n} roles and workers")
+    steps = []
+    for slot in range(n):
+        last_reads = mode != "single" and slot == n - 1
+        steps.append(
+            Step(
+                worker=int(workers[slot]),
+                subtask=role_subtask(mode, slot, roles[slot]),
+                access=ALL if last_reads else (),
+            )
+        )
+    return Workflow(steps=tuple(steps))
+
+
+def surrogate_reward(mode: str, c: Sequence[float], keep_right: float) -> float:
+    """Expected correctness of a plan from its agents' single-worker correctness ``c`` (slot
+    order): see the module docstring."""
+    if mode == "single":
+        return c[0]
+    if mode == "chain":
+        return c[1] + (1 - c[1]) * c[0] * keep_right
+    seen = 1 - (1 - c[0]) * (1 - c[1])
+    return c[2] + (1 - c[2]) * seen * keep_right
+
+
+@dataclass
+class MASRouterConfig:
+    """Hyper-parameters of :func:`fit_masrouter` (saved with the router)."""
+
+    hidden: int = 128
+    worker_dim: int = 32
+    keep_right: float = 0.9
+    cost_weight: float = 0.03
+    samples: int = 8
+    """Plans sampled per question per step (the group of the group-mean baseline)."""
+    entropy: float = 0.01
+    epochs: int = 30
+    batch_size: int = 32
+    lr: float = 3e-3
+    seed: int = 0
+
+
+def _policy(in_dim: int, n_workers: int, cfg: MASRouterConfig) -> Any:
+    import torch
+
+    n_modes, n_roles, max_slots = len(MODES), len(ROLES), max(AGENTS.values())
+
+    class Policy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mode = torch.nn.Sequential(
+                torch.nn.Linear(in_dim, cfg.hidden),
+                torch.nn.GELU(),
+                torch.nn.Linear(cfg.hidden, n_modes),
+            )
+            self.role_q = torch.nn.Linear(in_dim, in_dim)
+            self.role_bias = torch.nn.Parameter(torch.zeros(n_modes, max_slots, n_roles))
+            self.worker_q = torch.nn.Sequential(
+                torch.nn.Linear(2 * in_dim + n_modes, cfg.hidden),
+                torch.nn.GELU(),
+                torch.nn.Linear(cfg.hidden, cfg.worker_dim),
+            )
+            self.worker_emb = torch.nn.Parameter(torch.randn(n_workers, cfg.worker_dim) * 0.1)
+            self.role_scale = torch.nn.Parameter(torch.tensor(10.0))
+
+        def mode_logits(self, x: Any) -> Any:
+            return self.mode(x)
+
+        def role_logits(self, x: Any, role_emb: Any, mode: Any, slot: int) -> Any:
+            sim = torch.nn.functional.normalize(self.role_q(x) + x, dim=-1) @ role_emb.T
+            return self.role_scale * sim + self.role_bias[mode, slot]
+
+        def worker_logits(self, x: Any, role_vec: Any, mode: Any) -> Any:
+            onehot = torch.nn.functional.one_hot(mode, n_modes).to(x.dtype)
+            return self.worker_q(torch.cat([x, role_vec, onehot], dim=-1)) @ self.worker_emb.T
+
+    return Policy()
+
+
+def _rollout(policy: Any, x: Any, role_emb: Any, greedy: bool, g: Any = None) -> tuple:
+    """Sample (or take the argmax of) a mode, then roles and workers per slot, for each row of
+    ``x``. Returns modes, roles and workers (``(B, 3)``, -1 where unused), log-probs, entropies."""
+    import torch
+
+    def pick(logits: Any) -> tuple[Any, Any, Any]:
+        dist = torch.distributions.Categorical(logits=logits)
+        if greedy:
+            choice = logits.argmax(-1)
+        else:
+            choice = torch.multinomial(torch.softmax(logits, -1), 1, generator=g).squeeze(-1)
+        return choice, dist.log_prob(choice), dist.entropy()
+
+    b = x.shape[0]
+    mode, logp, ent = pick(policy.mode_logits(x))
+    max_slots = max(AGENTS.values())
+    roles = torch.full((b, max_slots), -1, dtype=torch.long)
+    workers = torch.full((b, max_slots), -1, dtype=torch.long)
+    n_agents = torch.tensor([AGENTS[m] for m in MODES])[mode]
+    for slot in range(max_slots):
+        active = n_agents > slot
+        r, lp_r, e_r = pick(policy.role_logits(x, role_emb, mode, slot))
+        w, lp_w, e_w = pick(policy.worker_logits(x, role_emb[r], mode))
+        roles[:, slot] = torch.where(active, r, roles[:, slot])
+        workers[:, slot] = torch.where(active, w, workers[:, slot])
+        mask = active.to(x.dtype)
+        logp = logp + mask * (lp_r + lp_w)
+        ent = ent + mask * (e_r + e_w)
+    return mode, roles, workers, logp, ent
+
+
+def _rewards(mode: Any, workers: Any, rows: Any, cfg: MASRouterConfig) -> Any:
+    """Surrogate rewards of a batch of plans (see :func:`surrogate_reward`), minus their cost;
+    ``rows`` holds each plan's question's per-worker correctness."""
+    import torch
+
+    c = rows.gather(1, workers.clamp(min=0))  # (B, slots)
+    k = cfg.keep_right
+    single = c[:, 0]
+    chain = c[:, 1] + (1 - c[:, 1]) * c[:, 0] * k
+    seen = 1 - (1 - c[:, 0]) * (1 - c[:, 1])
+    debate = c[:, 2] + (1 - c[:, 2]) * seen * k
+    value = torch.stack([single, chain, debate], dim=1).gather(1, mode[:, None]).squeeze(1)
+    calls = torch.tensor([AGENTS[m] for m in MODES], dtype=value.dtype)[mode]
+    return value - cfg.cost_weight * calls
+
+
+def fit_masrouter(
+    records: Iterable[EvalRecord],
+    problems: Sequence[Problem],
+    out_dir: str | Path,
+    *,
+    worker_methods: Sequence[str],
+    encoder: str | SentenceEncoder | None = None,
+    config: MASRouterConfig | None = None,
+) -> Path:
+    """Train a MASRouter controller on the per-worker correctness in ``records`` (methods
+    ``worker_methods``, one per pool worker in pool order) for ``problems``; save it in
+    ``out_dir`` and return the folder."""
+    import torch
+
+    cfg = config or MASRouterConfig()
+    enc = encoder if isinstance(encoder, SentenceEncoder) else get_encoder(encoder)
+    kept, rows = correctness_table(records, problems, worker_methods)
+    torch.manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    x_all = torch.tensor(enc.encode([p.question for p in kept]))
+    role_emb = torch.tensor(enc.encode([d for _, d in ROLES]))
+    scores = torch.tensor(rows, dtype=torch.float32)
+    policy = _policy(x_all.shape[1], len(worker_methods), cfg)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    n = x_all.shape[0]
+    history = []
+    with torch_threads(1):
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, generator=g)
+            total = 0.0
+            for start in range(0, n, cfg.batch_size):
+                idx = perm[start : start + cfg.batch_size]
+                x = x_all[idx].repeat_interleave(cfg.samples, dim=0)
+                mode, _roles, workers, logp, ent = _rollout(policy, x, role_emb, greedy=False, g=g)
+                plan_rows = scores[idx].repeat_interleave(cfg.samples, dim=0)
+                rewards = _rewards(mode, workers, plan_rows, cfg).view(-1, cfg.samples)
+                adv = (rewards - rewards.mean(1, keepdim=True)).flatten()
+                loss = -(adv * logp).mean() - cfg.entropy * ent.mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += float(rewards.mean()) * len(idx)
+            history.append(total / n)
+    return save_router(
+        out_dir,
+        "masrouter",
+        {"policy": policy.state_dict()},
+        encoder=enc,
+        worker_methods=worker_methods,
+        in_dim=x_all.shape[1],
+        config=cfg,
+        modes=list(MODES),
+        roles=[list(r) for r in ROLES],
+        train_questions=len(kept),
+        reward_history=history,
+    )
+
+
+class MASRouter:
+    """A trained MASRouter controller loaded from the folder :func:`fit_masrouter` wrote."""
+
+    def __init__(self, path: str | Path, encoder: str | None = None) -> None:
+        self.path = Path(path)
+        self.meta = read_router_meta(self.path, "masrouter")
+        import torch
+
+        self.config = MASRouterConfig(**self.meta["config"])
+        self.encoder = get_encoder(encoder or saved_encoder(self.meta))
+        self.worker_methods: list[str] = list(self.meta["worker_methods"])
+        self.policy = _policy(int(self.meta["in_dim"]), len(self.worker_methods), self.config)
+        state = torch.load(self.path / WEIGHTS_FILE, map_location="cpu")
+        self.policy.load_state_dict(state["policy"])
+        self.policy.eval()
+        self.role_emb = torch.tensor(self.encoder.encode([d for _, d in ROLES]))
+
+    def decide(self, question: str) -> tuple[str, list[str], list[int]]:
+        """The (mode, roles, workers) the controller picks for ``question`` (greedy)."""
+        import torch
+
+        with torch.no_grad():
+            x = torch.tensor(self.encoder.encode([question]))
+            mode, roles, workers, _, _ = _rollout(self.policy, x, self.role_emb, greedy=True)
+        name = MODES[int(mode[0])]
+        n = AGENTS[name]
+        return (
+            name,
+            [ROLES[int(r)][0] for r in roles[0, :n]],
+            [int(w) for w in workers[0, :n]],
+        )
+
+    def plan(self, question: str) -> Workflow:
+        """The workflow for ``question``."""
+        return build_plan(*self.decide(question))

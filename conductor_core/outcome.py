@@ -1,0 +1,76 @@
+"""A solved question, graded: the one record that the training reward and evaluation share.
+
+:class:`Outcome` is the :class:`~conductor_core.workflow.trace.TraceSummary` of a
+:func:`~conductor_core.solve.solve` trace plus its verdict and the paper's reward (0 for a format
+error, 0.5 wrong, 1 right, ``None`` when infrastructure spoiled it). Evaluation records extend it
+with where they came from; the reward averages several executions of one plan with
+:func:`combine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from conductor_core.tasks.problem import Problem
+from conductor_core.workflow.trace import SolveTrace, TraceSummary
+
+
+class Outcome(TraceSummary):
+    """A graded :class:`TraceSummary`."""
+
+    domain: str = ""
+    correct: bool = False
+    reward: float | None = Field(
+        default=None, description="0 format error, 0.5 wrong, 1 right; None: infrastructure."
+    )
+    verdict_reason: str = ""
+
+
+async def grade(
+    problem: Problem, summary: TraceSummary | SolveTrace, *, timeout_s: float = 10.0
+) -> Outcome:
+    """Grade a solved question's answer for ``problem`` (no grading after a format error or an
+    infrastructure failure: those decide the reward alone)."""
+    from conductor_core.tasks import grading
+
+    if isinstance(summary, SolveTrace):
+        summary = TraceSummary.from_trace(summary)
+    out = Outcome(**summary.model_dump(), domain=str(problem.domain))
+    if summary.infra_error:
+        out.verdict_reason = "infrastructure failure"
+        out.reward = grading.reward(plan_ok=True, verdict=None, infra_error=True)
+    elif summary.format_error:
+        out.verdict_reason = f"format error: {summary.format_error_code}"
+        out.reward = grading.reward(plan_ok=False, verdict=None)
+    else:
+        verdict = await grading.agrade(problem, summary.answer, timeout_s=timeout_s)
+        out.correct = bool(verdict.correct)
+        out.verdict_reason = verdict.reason
+        out.reward = grading.reward(plan_ok=True, verdict=verdict)
+    return out
+
+
+def combine(outcomes: Sequence[Outcome]) -> Outcome:
+    """Several executions of one plan as one outcome: the mean reward and majority verdict of
+    those not spoiled by infrastructure (``None`` and ``infra_error`` when all were), the first
+    usable execution's answer and plan figures, and the calls, tokens and cost of all of them."""
+    if not outcomes:
+        raise ValueError("combine(): no outcomes")
+    scored = [o for o in outcomes if o.reward is not None]
+    base = scored[0] if scored else outcomes[0]
+    out = base.model_copy(deep=True)
+    out.calls = sum(o.calls for o in outcomes)
+    out.input_tokens = sum(o.input_tokens for o in outcomes)
+    out.output_tokens = sum(o.output_tokens for o in outcomes)
+    out.cost = sum(o.cost for o in outcomes)
+    out.wall_s = sum(o.wall_s for o in outcomes)
+    if not scored:
+        out.infra_error = True
+        out.reward = None
+        return out
+    out.infra_error = False
+    out.reward = sum(o.reward or 0.0 for o in scored) / len(scored)
+    out.correct = sum(o.correct for o in scored) * 2 > len(scored)
+    return out

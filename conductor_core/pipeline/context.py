@@ -1,0 +1,100 @@
+"""What every pipeline step shares: where a run's files go and its MLflow runs.
+
+Every step of one pipeline run writes under ``<artifact root>/<run id>/<step>``
+(:func:`run_folder`); the root is a local folder or an ``s3://`` prefix. Training writes its model
+and checkpoints there, so a retried task finds its checkpoints and resumes, and no weights live
+only on a pod's disk. Each pipeline run is one parent MLflow run, found by every task through the
+KFP run id (:func:`parent_run`), with one nested run per step (:func:`log_stage`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConfigError
+from conductor_core.track.storage import is_s3, join
+
+TRAINING_PIPELINE = "conductor-training"
+EXPERIMENT = "conductor"
+ARTIFACT_ROOT_ENV = "CONDUCTOR_ARTIFACT_ROOT"
+WORKDIR_ENV = "CONDUCTOR_WORKDIR"
+DEFAULT_ARTIFACT_ROOT = "runs/pipelines"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+Log = Callable[[str], None]
+
+
+def print_line(msg: str) -> None:
+    """Print one line now (a task's log is read as it is written)."""
+    print(msg, flush=True)
+
+
+def artifact_root(root: str = "") -> str:
+    """The artifact root: ``root``, else ``$CONDUCTOR_ARTIFACT_ROOT``, else ``runs/pipelines``
+    (made absolute, so that every task of a local run agrees)."""
+    chosen = root or os.environ.get(ARTIFACT_ROOT_ENV) or DEFAULT_ARTIFACT_ROOT
+    return chosen if is_s3(chosen) else str(Path(chosen).expanduser().resolve())
+
+
+def run_folder(root: str, run_id: str, *parts: str) -> str:
+    """``<root>/<run id>/<parts...>`` (a local path or an ``s3://`` URI)."""
+    if not run_id:
+        raise ConfigError("run_id: empty; the pipeline passes its run id to every step")
+    return join(artifact_root(root), _SAFE.sub("-", run_id), *parts)
+
+
+def local_workdir(run_id: str, *parts: str) -> Path:
+    """A local working folder for a step whose results go to S3 (a pod's workspace volume)."""
+    base = Path(os.environ.get(WORKDIR_ENV) or tempfile.gettempdir()) / "conductor-work"
+    folder = base.joinpath(_SAFE.sub("-", run_id), *parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def parent_run(run_id: str, pipeline: str, tracking_uri: str | None = None) -> str | None:
+    """The pipeline run's parent MLflow run (created by the first step that asks; every later
+    step finds it by the KFP run id). None without a run id (a step called on its own)."""
+    if not run_id:
+        return None
+    from conductor_core.track.pipeline_runs import pipeline_run
+
+    return pipeline_run(pipeline, run_id, experiment=EXPERIMENT, tracking_uri=tracking_uri)
+
+
+def log_stage(
+    run_id: str,
+    pipeline: str,
+    stage: str,
+    *,
+    params: dict[str, Any] | None = None,
+    metrics: dict[str, float] | None = None,
+    artifacts: Sequence[str | Path] = (),
+    tracking_uri: str | None = None,
+) -> None:
+    """Log a step's params, metrics and files into its nested run under the pipeline run."""
+    parent = parent_run(run_id, pipeline, tracking_uri)
+    if parent is None:
+        return
+    from conductor_core.track.mlflow_run import log_artifacts, log_metrics
+    from conductor_core.track.pipeline_runs import stage_run
+
+    with stage_run(parent, stage, params=params, tracking_uri=tracking_uri):
+        if metrics:
+            log_metrics(metrics)
+        for path in artifacts:
+            log_artifacts(path)
+
+
+def pool_path(pool: str | None) -> str:
+    """The pool YAML a pipeline uses: ``bundled`` (or empty) is the simulated pool that goes with
+    the bundled training problems, for training and evaluation alike."""
+    if pool in (None, "", "bundled"):
+        from conductor_core.train.problems import bundled_train_pool_path
+
+        return str(bundled_train_pool_path())
+    return pool

@@ -1,0 +1,67 @@
+"""The registration step: a new model version, promoted only when it beats the champion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConductorError
+from conductor_core.pipeline.context import TRAINING_PIPELINE, Log, log_stage, print_line
+from conductor_core.pipeline.manifest import local_weights, read_manifest
+
+
+def register_step(
+    *,
+    model_manifest: str | Path,
+    comparison_file: str | Path,
+    name: str,
+    alias: str = "champion",
+    metric: str = "accuracy",
+    tracking_uri: str | None = None,
+    out_manifest: str | Path | None = None,
+    run_id: str = "",
+    pipeline: str = TRAINING_PIPELINE,
+    log: Log = print_line,
+) -> dict[str, Any]:
+    """Register the trained model and move ``alias`` to it only when it beats the model the
+    alias points at now on ``metric`` (of the comparison). Says what it did either way.
+
+    The candidate's score is the Conductor's row of ``comparison_file``; the champion's score is
+    the ``conductor.<metric>`` tag set on its version when it was promoted. Returns
+    ``{"promoted", "version", "score", "champion_score", "reason"}``.
+    """
+    from conductor_core.track.registry import promote_if_better
+
+    table = json.loads(Path(comparison_file).read_text(encoding="utf-8"))
+    row = next((r for r in table["rows"] if r["label"] == "trained Conductor"), None)
+    if row is None or metric not in row:
+        raise ConductorError(
+            f"register: the comparison holds no trained Conductor row with {metric!r}"
+        )
+    manifest = read_manifest(model_manifest)
+    weights = local_weights(manifest)
+    decision = promote_if_better(
+        weights,
+        name,
+        alias,
+        metric=metric,
+        score=float(row[metric]),
+        higher_is_better=metric == "accuracy",
+        run_id=manifest.run_id,
+        uri=tracking_uri,
+    )
+    log(decision["reason"])
+    log_stage(
+        run_id,
+        pipeline,
+        "register",
+        params={"model_name": name, "alias": alias, "metric": metric},
+        metrics={"promoted": float(decision["promoted"]), "score": decision["score"]},
+        tracking_uri=tracking_uri,
+    )
+    if out_manifest:
+        manifest.registered_model = name
+        manifest.model_version = decision["version"]
+        manifest.write(out_manifest)
+    return decision

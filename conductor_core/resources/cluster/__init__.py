@@ -1,0 +1,1 @@
+"""Bundled cluster settings (``default.yaml``), read by ``conductor_core.cluster.settings``."""

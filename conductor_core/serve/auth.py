@@ -1,0 +1,158 @@
+"""API keys and per-key rate limits of the gateway.
+
+Keys come from a file (one per line, for example a mounted Kubernetes Secret) and/or an
+environment variable; they are compared in constant time and never logged: logs, metrics and
+rate-limit buckets use a short SHA-256 digest of the key (:func:`key_id`) instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from conductor_core.errors import ConfigError
+from conductor_core.serve.config import API_KEYS_FILE_ENV, GatewayConfig
+from conductor_core.serve.protocol import RequestError
+
+
+def key_id(key: str) -> str:
+    """A short, non-reversible id of ``key`` for logs and metrics (``key-`` + 8 hex digits)."""
+    return "key-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
+
+
+def _split_keys(text: str) -> list[str]:
+    keys = []
+    for line in text.replace(",", "\n").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.append(line)
+    return keys
+
+
+def load_api_keys(
+    config: GatewayConfig, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """The API keys: those of ``config.api_keys_file`` (else of the file named by
+    ``$CONDUCTOR_API_KEYS_FILE``) plus those of the variable named by ``config.api_keys_env``.
+
+    Raises:
+        ConfigError: a keys file is named but missing, unreadable or holds no key (an operator
+            who configures a file means to require keys: the gateway must not start open).
+    """
+    env = os.environ if environ is None else environ
+    keys: list[str] = []
+    path = config.api_keys_file or env.get(API_KEYS_FILE_ENV) or None
+    if path:
+        what = "api_keys_file" if config.api_keys_file else API_KEYS_FILE_ENV
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"{what}: cannot read the API keys file {path} ({exc.strerror or exc}); "
+                f"mount it or fix the path"
+            ) from None
+        from_file = _split_keys(text)
+        if not from_file:
+            raise ConfigError(
+                f"{what}: the API keys file {path} holds no key; write one key per line"
+            )
+        keys += from_file
+    keys += _split_keys(env.get(config.api_keys_env, ""))
+    return tuple(dict.fromkeys(keys))
+
+
+@dataclass(frozen=True)
+class ApiKeyAuth:
+    """Bearer-token check against a fixed set of keys; no keys = open."""
+
+    keys: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """True when at least one key is configured."""
+        return bool(self.keys)
+
+    def authenticate(self, authorization: str | None) -> str | None:
+        """The caller's :func:`key_id` (None when open).
+
+        Every configured key is compared (in constant time) whatever matches, so the time taken
+        does not reveal which key or how much of it matched.
+
+        Raises:
+            RequestError: 401 when keys are configured and the header is missing or wrong.
+        """
+        if not self.keys:
+            return None
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise RequestError(
+                401,
+                "missing API key: send it as 'Authorization: Bearer <key>'",
+                "authentication_error",
+                code="invalid_api_key",
+            )
+        given = token.strip().encode("utf-8")
+        matched = None
+        for key in self.keys:
+            if hmac.compare_digest(given, key.encode("utf-8")):
+                matched = key
+        if matched is None:
+            raise RequestError(
+                401, "invalid API key", "authentication_error", code="invalid_api_key"
+            )
+        return key_id(matched)
+
+
+class TokenBucketLimiter:
+    """Per-caller token buckets: ``burst`` requests at once, refilled at ``per_minute`` a minute.
+
+    At most ``max_callers`` buckets are kept (least recently used dropped), so a flood of new
+    client addresses cannot grow memory without bound.
+    """
+
+    def __init__(
+        self,
+        per_minute: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_callers: int = 10_000,
+    ) -> None:
+        if per_minute <= 0 or burst < 1:
+            raise ValueError("per_minute must be > 0 and burst >= 1")
+        self.rate = per_minute / 60.0
+        self.burst = float(burst)
+        self._clock = clock
+        self._max = max_callers
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def acquire(self, caller: str) -> None:
+        """Take one token for ``caller``.
+
+        Raises:
+            RequestError: 429 with ``Retry-After`` (whole seconds) when the bucket is empty.
+        """
+        now = self._clock()
+        tokens, last = self._buckets.pop(caller, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self._buckets[caller] = (tokens, now)
+            wait = (1.0 - tokens) / self.rate
+            raise RequestError(
+                429,
+                f"rate limit exceeded: at most {self.rate * 60:g} requests per minute "
+                f"(burst {self.burst:g}); retry after {wait:.1f}s",
+                "rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        self._buckets[caller] = (tokens - 1.0, now)
+        while len(self._buckets) > self._max:
+            self._buckets.popitem(last=False)

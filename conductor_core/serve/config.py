@@ -1,0 +1,118 @@
+"""The gateway's configuration: one typed model, every field described."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.prompts import PromptStyle
+
+API_KEYS_FILE_ENV = "CONDUCTOR_API_KEYS_FILE"
+"""Environment variable naming the API-keys file when ``api_keys_file`` is not set."""
+
+API_KEYS_ENV = "CONDUCTOR_API_KEYS"
+"""Default environment variable holding API keys (comma- or newline-separated)."""
+
+
+class GatewayConfig(BaseModel):
+    """Settings of the OpenAI-compatible Conductor gateway (``conductor serve``).
+
+    The pool and the plan source are not part of it: they are loaded by the caller (the CLI's
+    ``--pool``/``--conductor``) and handed to :func:`conductor_core.serve.app.create_app`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: str = Field(
+        default="conductor",
+        min_length=1,
+        description="The model id served at /v1/models; requests naming another model get 404.",
+    )
+    api_keys_file: str | None = Field(
+        default=None,
+        description=f"File of API keys, one per line ('#' comments and blank lines ignored), "
+        f"e.g. a mounted Kubernetes Secret. None: the file named by ${API_KEYS_FILE_ENV}, if set.",
+    )
+    api_keys_env: str = Field(
+        default=API_KEYS_ENV,
+        description="NAME of the environment variable holding API keys (comma- or "
+        "newline-separated), added to those of the file. With no key at all the gateway is "
+        "open (a warning is logged at startup).",
+    )
+    max_body_bytes: int = Field(
+        default=1_000_000, ge=1024, description="Largest accepted request body; larger: 413."
+    )
+    rate_limit_per_minute: float | None = Field(
+        default=None,
+        gt=0,
+        description="Requests per minute per API key (per client address when open), as a "
+        "token bucket; over it: 429 with Retry-After. None: no rate limit.",
+    )
+    rate_limit_burst: int = Field(
+        default=10, ge=1, description="Token-bucket capacity: requests allowed in a burst."
+    )
+    request_timeout_s: float = Field(
+        default=300.0, gt=0, description="Wall-clock limit of one workflow; over it: 504."
+    )
+    drain_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On shutdown, how long in-flight workflows may finish before they are "
+        "cancelled (uvicorn's graceful-shutdown timeout and the lifespan's drain).",
+    )
+    readiness_timeout_s: float = Field(
+        default=3.0, gt=0, description="Time limit of all /readyz endpoint checks together."
+    )
+    trace_sample_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of requests logged as MLflow traces (log_solve_trace; the "
+        "tracking URI comes from MLFLOW_TRACKING_URI). 0: none.",
+    )
+    max_rounds: int = Field(default=1, ge=1, description="Default Conductor rounds per request.")
+    max_rounds_limit: int = Field(
+        default=3, ge=1, description="Largest conductor.max_rounds a request may ask for."
+    )
+    max_steps: int = Field(default=5, ge=1, le=20, description="Default steps per plan.")
+    access_mode: AccessMode = Field(
+        default=AccessMode.BINARY, description="Access scheme the Conductor writes (binary|index)."
+    )
+    descriptors: bool = Field(
+        default=False, description="Show the workers' descriptions to the Conductor."
+    )
+    prompt_style: PromptStyle = Field(
+        default=PromptStyle.FULL,
+        description="How a Conductor of unknown training is asked (a trained model folder "
+        "carries its own).",
+    )
+    sample_index: int = Field(
+        default=0,
+        ge=0,
+        description="Sample index of a request that gives neither sample_index nor seed.",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Default worker-token budget per request (None: none)."
+    )
+    max_cost: float | None = Field(
+        default=None, gt=0, description="Default dollar budget per request (None: none)."
+    )
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Default wall-clock budget per request, in seconds; steps not started by "
+        "then are skipped (None: only request_timeout_s applies).",
+    )
+
+    @model_validator(mode="after")
+    def _check_rounds(self) -> GatewayConfig:
+        if self.max_rounds > self.max_rounds_limit:
+            raise ValueError(
+                f"max_rounds ({self.max_rounds}) exceeds max_rounds_limit "
+                f"({self.max_rounds_limit}); raise the limit or lower the default"
+            )
+        if not self.api_keys_env.replace("_", "").isalnum():
+            raise ValueError(
+                "api_keys_env must be the NAME of an environment variable, not a key itself"
+            )
+        return self

@@ -1,0 +1,129 @@
+"""Prometheus metrics of the gateway, on a registry of its own (one per app).
+
+Metric names (all prefixed ``conductor_gateway_``):
+
+* ``requests_total{route,method,status}``, ``request_duration_seconds{route}`` (histogram; for a
+  stream, until its last byte);
+* ``workflows_total{outcome}`` (answered, format_error, infra_error, no_answer, timeout, error),
+  ``workflows_in_flight``;
+* ``rounds_per_request`` and ``steps_per_request`` (histograms of the workflows that ran);
+* ``worker_calls_total{worker}``, ``worker_errors_total{worker,kind}``,
+  ``worker_retries_total{worker}`` (from each request's trace; ``worker`` is the display name);
+* ``tokens_total{source,kind}`` (source conductor|workers, kind prompt|completion) and
+  ``cost_dollars_total`` (worker calls).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conductor_core.errors import require
+from conductor_core.workflow.trace import SolveTrace
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class GatewayMetrics:
+    """The gateway's counters and histograms (``prometheus_client`` is imported here, lazily)."""
+
+    def __init__(self) -> None:
+        pc = require("prometheus_client", extra="serve", purpose="the gateway's /metrics")
+        self._pc = pc
+        self.registry = pc.CollectorRegistry(auto_describe=True)
+        reg = {"registry": self.registry}
+        p = "conductor_gateway_"
+        self.requests = pc.Counter(
+            p + "requests",
+            "HTTP requests by route, method and status.",
+            ["route", "method", "status"],
+            **reg,
+        )
+        self.latency = pc.Histogram(
+            p + "request_duration_seconds",
+            "HTTP request latency in seconds.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            **reg,
+        )
+        self.workflows = pc.Counter(p + "workflows", "Workflows by outcome.", ["outcome"], **reg)
+        self.in_flight = pc.Gauge(p + "workflows_in_flight", "Workflows running now.", **reg)
+        self.rounds = pc.Histogram(
+            p + "rounds_per_request",
+            "Conductor rounds per workflow.",
+            buckets=(1, 2, 3, 4, 5, 8),
+            **reg,
+        )
+        self.steps = pc.Histogram(
+            p + "steps_per_request",
+            "Executed worker steps per workflow.",
+            buckets=(0, 1, 2, 3, 4, 5, 8, 12, 20, 40),
+            **reg,
+        )
+        self.worker_calls = pc.Counter(
+            p + "worker_calls", "Worker calls (executed steps) by worker.", ["worker"], **reg
+        )
+        self.worker_errors = pc.Counter(
+            p + "worker_errors",
+            "Failed worker calls by worker and error kind.",
+            ["worker", "kind"],
+            **reg,
+        )
+        self.worker_retries = pc.Counter(
+            p + "worker_retries", "Retries of worker calls by worker.", ["worker"], **reg
+        )
+        self.tokens = pc.Counter(
+            p + "tokens",
+            "Tokens by source (conductor|workers) and kind (prompt|completion).",
+            ["source", "kind"],
+            **reg,
+        )
+        self.cost = pc.Counter(p + "cost_dollars", "Dollars spent on worker calls.", **reg)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one HTTP request and its latency."""
+        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        self.latency.labels(route=route).observe(seconds)
+
+    def observe_workflow(self, trace: SolveTrace, worker_names: list[str], outcome: str) -> None:
+        """Count one finished workflow from its trace (``worker_names[i]`` = pool worker i)."""
+        self.workflows.labels(outcome=outcome).inc()
+        self.rounds.observe(len(trace.rounds))
+        steps = 0
+        for rnd in trace.rounds:
+            self.tokens.labels(source="conductor", kind="prompt").inc(rnd.conductor_input_tokens)
+            self.tokens.labels(source="conductor", kind="completion").inc(
+                rnd.conductor_output_tokens
+            )
+            if rnd.workflow is None:
+                continue
+            for step in rnd.workflow.steps:
+                if step.skipped is not None:
+                    continue
+                steps += 1
+                name = _name(worker_names, step.worker)
+                self.worker_calls.labels(worker=name).inc()
+                if step.retries:
+                    self.worker_retries.labels(worker=name).inc(step.retries)
+                if step.error is not None:
+                    kind = step.error_kind or "unknown"
+                    self.worker_errors.labels(worker=name, kind=kind).inc()
+        self.steps.observe(steps)
+        self.tokens.labels(source="workers", kind="prompt").inc(trace.input_tokens)
+        self.tokens.labels(source="workers", kind="completion").inc(trace.output_tokens)
+        self.cost.inc(max(0.0, trace.cost))
+
+    def observe_failure(self, outcome: str) -> None:
+        """Count a workflow that ended without a trace (timeout, error)."""
+        self.workflows.labels(outcome=outcome).inc()
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        return self._pc.generate_latest(self.registry), self._pc.CONTENT_TYPE_LATEST
+
+    def value(self, name: str, labels: dict[str, Any] | None = None) -> float | None:
+        """The current value of a sample (for tests and debugging)."""
+        return self.registry.get_sample_value(name, labels or {})
+
+
+def _name(names: list[str], worker: int) -> str:
+    return names[worker] if 0 <= worker < len(names) else str(worker)

@@ -1,0 +1,624 @@
+"""The serving object of the gateway: one worker pool and one plan source per app, and the
+translation between OpenAI chat completions and :func:`conductor_core.solve.solve`.
+
+A request's last user message is the question; earlier messages are put before it as context.
+The workflow's answer is the assistant message; ``usage`` sums the Conductor's tokens (every
+round) and every worker call's. The ``conductor`` extension of the request maps onto
+:class:`~conductor_core.solve.SolveOptions` (see :meth:`ConductorServing.prepare`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from conductor_core.errors import ConductorError
+from conductor_core.policy.base import PlanSource
+from conductor_core.serve.config import GatewayConfig
+from conductor_core.serve.metrics import GatewayMetrics
+from conductor_core.serve.protocol import (
+    AssistantMessage,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamChoice,
+    ChatMessage,
+    ConductorEvent,
+    ConductorOptions,
+    DeltaMessage,
+    RequestError,
+    UsageInfo,
+    completion_id,
+    error_body,
+)
+from conductor_core.solve import SolveOptions, solve, solve_options
+from conductor_core.workers.config import PoolConfig
+from conductor_core.workflow.executor import Budget
+from conductor_core.workflow.trace import SolveTrace, TraceSummary
+
+logger = logging.getLogger("conductor.gateway")
+
+
+def compose_question(messages: list[ChatMessage]) -> str:
+    """The question solved for a conversation: the last message (which must be the user's),
+    preceded by the earlier messages as context when there are any.
+
+    Raises:
+        RequestError: 400 when the last message is not a user message or is empty.
+    """
+    last = messages[-1]
+    where = f"messages.{len(messages) - 1}"
+    if last.role != "user":
+        raise RequestError(
+            400,
+            f"{where}.role: the last message must be the user's question (role 'user'), "
+            f"got {last.role!r}",
+            param=f"{where}.role",
+        )
+    if not last.content.strip():
+        raise RequestError(400, f"{where}.content: the question is empty", param=f"{where}.content")
+    if len(messages) == 1:
+        return last.content
+    context = "\n\n".join(f"{m.role}: {m.content}" for m in messages[:-1])
+    return (
+        "Context (the conversation so far):\n\n"
+        f"{context}\n\n"
+        "Answer the last message of the conversation:\n\n"
+        f"{last.content}"
+    )
+
+
+@dataclass(frozen=True)
+class SolveJob:
+    """A validated request, ready to solve."""
+
+    request_id: str
+    model: str
+    question: str
+    options: SolveOptions
+    sample_index: int
+    return_trace: bool
+    include_usage: bool
+
+
+def usage_of(trace: SolveTrace) -> UsageInfo:
+    """Tokens of the Conductor (all rounds) plus those of every worker call."""
+    prompt = trace.input_tokens + sum(r.conductor_input_tokens for r in trace.rounds)
+    completion = trace.output_tokens + sum(r.conductor_output_tokens for r in trace.rounds)
+    return UsageInfo.of(prompt, completion)
+
+
+def _worker_failures(trace: SolveTrace) -> list[str]:
+    """The worker calls that failed, other than those cut short by the request's deadline."""
+    return [
+        f"step {s.index} on worker {s.worker} ({s.error_kind})"
+        for r in trace.rounds
+        if r.workflow is not None
+        for s in r.workflow.steps
+        if s.error is not None and s.error_kind != "deadline"
+    ]
+
+
+def stopped_by_deadline(trace: SolveTrace) -> bool:
+    """True when the workflow ran out of its wall-clock budget (``deadline_s``) before an
+    answer, with no worker failure of another kind: the request's budget, not a fault."""
+    if trace.answer is not None or trace.format_error:
+        return False
+    hit = any(r.workflow is not None and r.workflow.stopped == "deadline" for r in trace.rounds)
+    return hit and not _worker_failures(trace)
+
+
+def outcome_of(trace: SolveTrace) -> str:
+    """The workflow's outcome label: answered, format_error, infra_error or no_answer (a budget,
+    the deadline included, stopped it before an answer)."""
+    if trace.answer is not None:
+        return "answered"
+    if trace.format_error:
+        return "format_error"
+    if trace.infra_error and not stopped_by_deadline(trace):
+        return "infra_error"
+    return "no_answer"
+
+
+def _sse(data: dict[str, Any] | str) -> str:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {payload}\n\n"
+
+
+class ConductorServing:
+    """Answers chat completions by solving them on one pool with one plan source.
+
+    Built once per app lifespan; :meth:`aclose` drains the workflows in flight, then closes the
+    pool and the plan source.
+
+    Args:
+        config: the gateway settings (defaults of the solve options, timeouts, sampling).
+        pool_config: the worker pool.
+        plan_source: where plans come from (closed by :meth:`aclose`).
+        metrics: where workflows are counted.
+        rng: decides which requests are traced to MLflow (``config.trace_sample_rate``).
+        trace_logger: logs a trace (default: :func:`conductor_core.track.traces.log_solve_trace`).
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        pool_config: PoolConfig,
+        plan_source: PlanSource,
+        *,
+        metrics: GatewayMetrics,
+        rng: random.Random | None = None,
+        trace_logger: Callable[..., Any] | None = None,
+    ) -> None:
+        from conductor_core.workers.pool import WorkerPool
+
+        self.config = config
+        self.pool_config = pool_config
+        self.plan_source = plan_source
+        self.metrics = metrics
+        self.pool = WorkerPool(pool_config)
+        self.worker_names = [w.display_name for w in pool_config.workers]
+        self.default_options = solve_options(
+            pool_config,
+            max_steps=config.max_steps,
+            access_mode=config.access_mode,
+            descriptors=config.descriptors,
+            rounds=config.max_rounds,
+            max_tokens=config.max_tokens,
+            max_cost=config.max_cost,
+            deadline=config.deadline_s,
+            prompt_style=config.prompt_style,
+        )
+        self._rng = rng or random.Random()
+        self._trace_logger = trace_logger
+        self._active: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.draining = False
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def prepare(self, request: ChatCompletionRequest, request_id: str) -> SolveJob:
+        """Validate ``request`` against this server and map it onto solve options.
+
+        Raises:
+            RequestError: 404 for another model; 400 for ``n`` > 1, a conversation that does not
+                end with a user question, or invalid ``conductor`` options (naming the field).
+        """
+        if request.model not in (None, self.config.model_name):
+            raise RequestError(
+                404,
+                f"model {request.model!r} does not exist; this gateway serves "
+                f"{self.config.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        if request.n != 1:
+            raise RequestError(
+                400, "n: the gateway answers with one choice; omit n or set it to 1", param="n"
+            )
+        question = compose_question(request.messages)
+        options, return_trace = self.solve_options_for(request.conductor)
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        return SolveJob(
+            request_id=request_id,
+            model=self.config.model_name,
+            question=question,
+            options=options,
+            sample_index=request.sample if request.sample_given else self.config.sample_index,
+            return_trace=return_trace,
+            include_usage=include_usage,
+        )
+
+    def solve_options_for(self, extra: ConductorOptions | None) -> tuple[SolveOptions, bool]:
+        """The server's default solve options overridden by a request's ``conductor`` options,
+        and whether the trace is to be returned.
+
+        Raises:
+            RequestError: 400 naming the field (unknown or repeated worker, rounds over the
+                server's limit).
+        """
+        opts = self.default_options
+        if extra is None:
+            return opts, False
+        changes: dict[str, Any] = {}
+        if extra.max_rounds is not None:
+            if extra.max_rounds > self.config.max_rounds_limit:
+                raise RequestError(
+                    400,
+                    f"conductor.max_rounds: at most {self.config.max_rounds_limit} rounds are "
+                    f"allowed here, got {extra.max_rounds}",
+                    param="conductor.max_rounds",
+                )
+            changes["max_rounds"] = extra.max_rounds
+        max_steps = extra.max_steps if extra.max_steps is not None else opts.max_steps
+        changes["max_steps"] = max_steps
+        budget = opts.budget
+        given = extra.budget
+        changes["budget"] = Budget(
+            max_steps=max_steps,
+            max_tokens=given.max_tokens if given and given.max_tokens else budget.max_tokens,
+            max_cost=given.max_cost if given and given.max_cost else budget.max_cost,
+            deadline_s=given.deadline_s if given and given.deadline_s else budget.deadline_s,
+        )
+        if extra.workers is not None:
+            ids = self._worker_ids(extra.workers)
+            changes["worker_ids"] = ids
+            changes["descriptions"] = tuple(self.pool_config.workers[i].description for i in ids)
+        return dataclasses.replace(opts, **changes), extra.return_trace
+
+    def _worker_ids(self, wanted: list[int | str]) -> tuple[int, ...]:
+        workers = self.pool_config.workers
+        n = len(workers)
+        ids: list[int] = []
+        for j, item in enumerate(wanted):
+            param = f"conductor.workers.{j}"
+            if isinstance(item, int):
+                if not 0 <= item < n:
+                    raise RequestError(
+                        400,
+                        f"{param}: unknown worker id {item}; the pool has ids 0..{n - 1}",
+                        param=param,
+                    )
+                wid = item
+            else:
+                matches = [i for i, w in enumerate(workers) if item in (w.name, w.model)]
+                if len(matches) != 1:
+                    names = ", ".join(w.display_name for w in workers)
+                    why = "matches several workers" if matches else "is no worker of the pool"
+                    raise RequestError(
+                        400,
+                        f"{param}: {item!r} {why}; give a pool id (0..{n - 1}) or one of: {names}",
+                        param=param,
+                    )
+                wid = matches[0]
+            if wid in ids:
+                raise RequestError(
+                    400, f"{param}: worker {wid} is listed twice", param="conductor.workers"
+                )
+            ids.append(wid)
+        return tuple(ids)
+
+    async def run(
+        self, job: SolveJob, on_event: Callable[[dict[str, Any]], None] | None = None
+    ) -> SolveTrace:
+        """Solve ``job`` within ``config.request_timeout_s``; counts it in the metrics.
+
+        Raises:
+            RequestError: 504 on timeout; 502 when the plan source fails (unreachable Conductor).
+        """
+        task = asyncio.create_task(
+            solve(
+                job.question,
+                self.plan_source,
+                self.pool,
+                options=job.options,
+                sample_index=job.sample_index,
+                on_event=on_event,
+            ),
+            name=f"solve {job.request_id}",
+        )
+        self._active.add(task)
+        task.add_done_callback(self._active.discard)
+        self.metrics.in_flight.inc()
+        try:
+            trace = await asyncio.wait_for(task, self.config.request_timeout_s)
+        except TimeoutError:
+            self.metrics.observe_failure("timeout")
+            raise RequestError(
+                504,
+                f"the workflow did not finish within {self.config.request_timeout_s:g}s",
+                "timeout",
+                code="request_timeout",
+            ) from None
+        except ConductorError as exc:
+            self.metrics.observe_failure("error")
+            logger.warning("plan source failed: %s", exc, extra={"request_id": job.request_id})
+            raise RequestError(
+                502,
+                f"the Conductor failed: {exc}",
+                "server_error",
+                code="conductor_unavailable",
+            ) from None
+        finally:
+            self.metrics.in_flight.dec()
+        self.metrics.observe_workflow(trace, self.worker_names, outcome_of(trace))
+        self._maybe_log_trace(job, trace)
+        return trace
+
+    def _summary(self, job: SolveJob, trace: SolveTrace) -> dict[str, Any]:
+        summary = TraceSummary.from_trace(trace).model_dump(
+            mode="json", exclude={"answer", "raw_plan"}
+        )
+        summary["request_id"] = job.request_id
+        summary["conductor_input_tokens"] = sum(r.conductor_input_tokens for r in trace.rounds)
+        summary["conductor_output_tokens"] = sum(r.conductor_output_tokens for r in trace.rounds)
+        if job.return_trace:
+            summary["trace"] = trace.model_dump(mode="json")
+        return summary
+
+    @staticmethod
+    def _failure(trace: SolveTrace) -> RequestError | None:
+        """The error for a workflow that produced no answer for a reason not the client's."""
+        if trace.answer is not None:
+            return None
+        if trace.format_error:
+            first = trace.rounds[0].plan_error if trace.rounds else None
+            why = f": {first.get('message')}" if first else ""
+            return RequestError(
+                502,
+                f"the Conductor's plan could not be parsed{why}",
+                "server_error",
+                code="plan_format_error",
+            )
+        if trace.infra_error and not stopped_by_deadline(trace):
+            failed = _worker_failures(trace)
+            return RequestError(
+                502,
+                "a worker failed: " + ("; ".join(failed) or "infrastructure error"),
+                "server_error",
+                code="worker_error",
+            )
+        return None
+
+    async def chat_completion(self, job: SolveJob) -> ChatCompletionResponse:
+        """Solve ``job`` and answer as one ``chat.completion``.
+
+        A workflow stopped by its budget (tokens, dollars or the ``deadline_s`` wall clock)
+        before any answer gets empty content with ``finish_reason="length"``.
+
+        Raises:
+            RequestError: 502 when the plan did not parse or a worker failed, 504 on timeout.
+        """
+        trace = await self.run(job)
+        failure = self._failure(trace)
+        if failure is not None:
+            raise failure
+        answered = trace.answer is not None
+        choice = ChatCompletionChoice(
+            index=0,
+            message=AssistantMessage(content=trace.answer or ""),
+            finish_reason="stop" if answered else "length",
+        )
+        return ChatCompletionResponse(
+            id=f"chatcmpl-{job.request_id}"[:64] if job.request_id else completion_id(),
+            model=job.model,
+            choices=[choice],
+            usage=usage_of(trace),
+            conductor=self._summary(job, trace),
+        )
+
+    async def stream_chat_completion(self, job: SolveJob) -> AsyncIterator[str]:
+        """Solve ``job``, yielding server-sent events: a role chunk, one chunk per workflow event
+        (its ``conductor`` field; empty delta), the answer as content, a final chunk with the
+        finish reason and the summary (``conductor.type == "done"``), the usage chunk when
+        asked for, then ``[DONE]``. A failure after the stream started is sent as an OpenAI
+        error object, then ``[DONE]``."""
+        cid = f"chatcmpl-{job.request_id}"[:64] if job.request_id else completion_id()
+        created = int(time.time())
+
+        def chunk(
+            delta: DeltaMessage | None = None,
+            *,
+            event: ConductorEvent | None = None,
+            finish: str | None = None,
+            usage: UsageInfo | None = None,
+            choices: bool = True,
+        ) -> str:
+            body = ChatCompletionChunk(
+                id=cid,
+                created=created,
+                model=job.model,
+                choices=[
+                    ChatCompletionStreamChoice(delta=delta or DeltaMessage(), finish_reason=finish)
+                ]
+                if choices
+                else [],
+                usage=usage,
+                conductor=event,
+            )
+            return _sse(body.to_json())
+
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        translate = _EventTranslator(self.worker_names, job.options.offered(len(self.pool)))
+        runner = asyncio.create_task(self.run(job, on_event=queue.put_nowait))
+        runner.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            yield chunk(DeltaMessage(role="assistant"))
+            while (event := await queue.get()) is not None:
+                yield chunk(event=translate(event))
+            try:
+                trace = runner.result()
+            except RequestError as exc:
+                yield _sse(exc.body())
+                yield _sse("[DONE]")
+                return
+            failure = self._failure(trace)
+            if failure is not None:
+                yield _sse(failure.body())
+                yield _sse("[DONE]")
+                return
+            if trace.answer:
+                yield chunk(DeltaMessage(content=trace.answer))
+            done = ConductorEvent(
+                type="done", round=len(trace.rounds) - 1, data=self._summary(job, trace)
+            )
+            finish = "stop" if trace.answer is not None else "length"
+            yield chunk(event=done, finish=finish)
+            if job.include_usage:
+                yield chunk(usage=usage_of(trace), choices=False)
+            yield _sse("[DONE]")
+        except Exception as exc:  # never leave a stream without an end
+            logger.exception("stream failed", extra={"request_id": job.request_id})
+            yield _sse(error_body(f"internal error: {type(exc).__name__}", "server_error"))
+            yield _sse("[DONE]")
+        finally:
+            if not runner.done():  # the client went away: stop the workflow
+                runner.cancel()
+
+    # -- readiness, tracing, shutdown -------------------------------------------------------------
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        """Whether the plan source and the pool's HTTP endpoints answer, within
+        ``config.readiness_timeout_s`` in all. Returns (ready, check name -> result).
+
+        An OpenAI-compatible endpoint (the Conductor URL, ``openai`` workers) is asked for
+        ``/models`` with its key; local and simulated ones are ready by construction; other
+        providers' hosted APIs are not probed (reported as such).
+        """
+        import httpx
+
+        from conductor_core.policy.openai_policy import normalize_base_url
+
+        checks: dict[str, str] = {}
+        probes: dict[str, tuple[str, str | None]] = {}  # name -> (models url, key env)
+        if self.draining:
+            checks["gateway"] = "draining"
+        base = getattr(self.plan_source, "base_url", None)
+        if isinstance(base, str):
+            probes["conductor"] = (base.rstrip("/") + "/models", self.plan_source.api_key_env)  # type: ignore[attr-defined]
+        else:
+            checks["conductor"] = f"ok ({type(self.plan_source).__name__}, local)"
+        seen: dict[str, str] = {}
+        for i, w in enumerate(self.pool_config.workers):
+            name = f"worker {i} ({w.display_name})"
+            if w.provider == "openai" and w.endpoint:
+                url = normalize_base_url(w.endpoint) + "/models"
+                if url in seen:
+                    checks[name] = f"same endpoint as {seen[url]}"
+                    continue
+                seen[url] = name
+                probes[name] = (url, w.api_key_env)
+            elif w.provider in ("simulated", "transformers"):
+                checks[name] = f"ok ({w.provider}, local)"
+            else:
+                checks[name] = f"not probed (provider {w.provider})"
+
+        async def probe(client: Any, url: str, key_env: str | None) -> str:
+            import os
+
+            key = os.environ.get(key_env, "") if key_env else ""
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            try:
+                response = await client.get(url, headers=headers)
+            except httpx.HTTPError as exc:
+                return f"unreachable ({type(exc).__name__})"
+            if response.status_code == 200:
+                return "ok"
+            return f"HTTP {response.status_code}"
+
+        if probes:
+            timeout = self.config.readiness_timeout_s
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                tasks = {
+                    name: asyncio.create_task(probe(client, url, env))
+                    for name, (url, env) in probes.items()
+                }
+                done, pending = await asyncio.wait(tasks.values(), timeout=timeout)
+                for task in pending:
+                    task.cancel()
+                for name, task in tasks.items():
+                    checks[name] = task.result() if task in done else f"timed out ({timeout:g}s)"
+        ready = not self.draining and all(
+            v.startswith(("ok", "same endpoint", "not probed")) for v in checks.values()
+        )
+        return ready, checks
+
+    def _maybe_log_trace(self, job: SolveJob, trace: SolveTrace) -> None:
+        rate = self.config.trace_sample_rate
+        if rate <= 0 or self._rng.random() >= rate:
+            return
+        log = self._trace_logger
+        if log is None:
+            from conductor_core.track.traces import log_solve_trace
+
+            log = log_solve_trace
+
+        async def send() -> None:
+            try:
+                await asyncio.to_thread(
+                    log,
+                    trace,
+                    name=f"gateway {job.request_id}",
+                    attributes={"request_id": job.request_id, "model": job.model},
+                )
+            except Exception as exc:  # tracing must never fail a request
+                logger.warning(
+                    "could not log the trace to MLflow: %s",
+                    type(exc).__name__,
+                    extra={"request_id": job.request_id},
+                )
+
+        task = asyncio.create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @property
+    def in_flight(self) -> int:
+        """Workflows running now."""
+        return len(self._active)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Let the workflows in flight (and pending trace uploads) finish for up to
+        ``timeout_s``; cancel the rest. Returns how many were cancelled."""
+        self.draining = True
+        waiting = self._active | self._background
+        if not waiting:
+            return 0
+        logger.info("draining %d workflow(s)", len(self._active))
+        _, pending = await asyncio.wait(waiting, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            logger.warning("cancelled %d workflow(s) still running after the drain", len(pending))
+        return len(pending)
+
+    async def aclose(self, drain_timeout_s: float | None = None) -> None:
+        """Drain (``config.drain_timeout_s`` by default), then close the pool and the plan
+        source."""
+        timeout = self.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        try:
+            await self.drain(timeout)
+        finally:
+            await self.pool.aclose()
+            await self.plan_source.aclose()
+
+
+class _EventTranslator:
+    """Turns solve-loop and executor events into :class:`ConductorEvent` (pool worker ids)."""
+
+    def __init__(self, worker_names: list[str], offered: tuple[int, ...]) -> None:
+        self.names = worker_names
+        self.offered = offered
+        self.round = 0
+
+    def _name(self, worker: int) -> str:
+        return self.names[worker] if 0 <= worker < len(self.names) else str(worker)
+
+    def __call__(self, event: dict[str, Any]) -> ConductorEvent:
+        kind = event.get("type", "")
+        if "round" in event:
+            self.round = int(event["round"])
+        data = {k: v for k, v in event.items() if k not in ("type", "round")}
+        if kind == "plan_end":
+            kind = "plan"
+            plan = event.get("plan")
+            if plan:
+                data["workers"] = [
+                    self.offered[i] if 0 <= i < len(self.offered) else i
+                    for i in plan.get("model_id", [])
+                ]
+        elif kind == "step_start":
+            data["worker_name"] = self._name(int(event["worker"]))
+        elif kind == "step_end":
+            step = dict(event.get("step") or {})
+            data = {**step, "worker_name": self._name(int(step.get("worker", -1)))}
+        return ConductorEvent(type=kind, round=self.round, data=data)

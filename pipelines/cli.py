@@ -1,0 +1,154 @@
+"""``conductor pipeline``: compile, run locally, or submit the Kubeflow pipelines.
+
+It joins the ``conductor`` command through the ``conductor.commands`` entry point, so the library
+(``conductor_core``) never imports the pipelines and installs without KFP.
+"""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from conductor_core.errors import ConfigError
+from pipelines.registry import COMPILED_DIR, NAMES
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+    """Pipeline parameters from ``--set key=value`` (parsed as ``conductor train --set`` does;
+    an empty value is the empty string, as the pipelines' string parameters expect)."""
+    from conductor_core.cli.train import parse_sets
+
+    return {k: "" if v is None else v for k, v in parse_sets(values).items()}
+
+
+@click.group(name="pipeline")
+def command() -> None:
+    """Kubeflow pipelines: compile them, run them locally, submit them to a cluster."""
+
+
+@command.command("compile")
+@click.argument("names", nargs=-1, type=click.Choice(NAMES))
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False),
+    default=str(COMPILED_DIR),
+    show_default=True,
+    help="Folder of the compiled YAML files.",
+)
+@click.option(
+    "--settings",
+    "settings_path",
+    default=None,
+    help="Cluster settings YAML merged over the bundled ones (GPU type and count, tolerations, "
+    "node selector, Secrets); default: $CONDUCTOR_CLUSTER_SETTINGS.",
+)
+@click.option(
+    "--eval-parallelism",
+    type=int,
+    default=None,
+    help="Evaluation shards run at once (KFP fixes it at compile time; default 4).",
+)
+def compile_cmd(names, out_dir, settings_path, eval_parallelism) -> None:
+    """Compile pipelines (all by default) to YAML for the Kubeflow UI or `submit`."""
+    from conductor_core.cluster.settings import load_cluster_settings
+    from pipelines.registry import compile_pipeline
+
+    settings = load_cluster_settings(settings_path)
+    for name in names or NAMES:
+        path = compile_pipeline(
+            name,
+            Path(out_dir) / f"{name}.yaml",
+            settings=settings,
+            eval_parallelism=eval_parallelism,
+        )
+        click.echo(f"compiled {name}: {path}")
+
+
+@command.command("run")
+@click.argument("name", type=click.Choice(NAMES))
+@click.option(
+    "--local",
+    "local",
+    is_flag=True,
+    required=True,
+    help="Run on Kubeflow's local runner (subprocesses, no cluster). Required: a cluster run "
+    "is `submit`.",
+)
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    help="Folder of the run's outputs, artifacts, logs and the SQLite MLflow store.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A pipeline parameter, e.g. --set base_steps=50 (repeatable).",
+)
+@click.option("--verbose", is_flag=True, help="Show every task's log (always in the log file).")
+def run_cmd(name, local, root, sets, verbose) -> None:
+    """Run a pipeline end to end on this machine and print its summary."""
+    from pipelines.local import run_local
+    from pipelines.summary import render_summary
+
+    params = _parse_sets(sets)
+    click.echo(f"running pipeline {name} locally under {Path(root).resolve()}", err=True)
+    result = run_local(name, params, root=root, verbose=verbose)
+    summary = render_summary(
+        result, root=Path(root).resolve(), pool=str(params.get("pool", "bundled"))
+    )
+    click.echo(summary)
+    if not result.ok:
+        click.echo(f"pipeline {name} FAILED: {result.error}\nlog: {result.log_path}", err=True)
+        sys.exit(1)
+
+
+@command.command("submit")
+@click.argument("name", type=click.Choice(NAMES))
+@click.option("--host", required=True, help="Kubeflow Pipelines API endpoint URL.")
+@click.option(
+    "--package",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Compiled YAML (default: pipelines/compiled/<name>.yaml).",
+)
+@click.option("--version", "version_name", default=None, help="Pipeline version name.")
+@click.option("--experiment", default="conductor", show_default=True, help="KFP experiment.")
+@click.option("--run-name", default=None, help="Run name (default: the pipeline and a time).")
+@click.option("--namespace", default=None, help="Kubeflow namespace (multi-user installs).")
+@click.option(
+    "--token-env",
+    default=None,
+    help="NAME of the environment variable holding a bearer token for the endpoint.",
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A run parameter.")
+def submit_cmd(
+    name, host, package, version_name, experiment, run_name, namespace, token_env, sets
+) -> None:
+    """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint."""
+    import os
+
+    from pipelines.submit import submit
+
+    token = None
+    if token_env:
+        token = os.environ.get(token_env)
+        if not token:
+            raise ConfigError(f"--token-env: ${token_env} is not set")
+    result = submit(
+        package or COMPILED_DIR / f"{name}.yaml",
+        host=host,
+        pipeline_name=f"conductor-{name}",
+        version_name=version_name,
+        experiment=experiment,
+        run_name=run_name,
+        params=_parse_sets(sets),
+        namespace=namespace,
+        existing_token=token,
+    )
+    click.echo(json.dumps(result.to_dict(), indent=2))

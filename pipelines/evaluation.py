@@ -1,0 +1,73 @@
+"""The evaluation pipeline: a registered Conductor (alias or URI) and chosen baselines on a
+benchmark, sharded, then aggregated into one report."""
+
+from typing import Any
+
+from kfp import dsl
+
+from pipelines.sharded import sharded_evaluation
+
+NAME = "conductor-evaluation"
+DEFAULT_EVAL_PARALLELISM = 4
+
+
+def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM) -> Any:
+    """The evaluation pipeline with the cluster settings (CPU pods) and the parallelism of its
+    shards (fixed when compiled)."""
+    from conductor_core.cluster.settings import load_cluster_settings
+
+    cluster = settings or load_cluster_settings()
+
+    @dsl.pipeline(name=NAME, description=__doc__.splitlines()[0])
+    def evaluation(
+        conductor: str = "models:/conductor@champion",
+        benchmark: str = "held-out",
+        split: str = "test",
+        limit: int = 0,
+        baselines: str = "single,moa",
+        pool: str = "bundled",
+        repeats: int = 1,
+        rounds: int = 1,
+        shards: int = 2,
+    ) -> None:
+        """Evaluate a Conductor and baselines on a benchmark.
+
+        Args:
+            conductor: The Conductor: a registered model (`models:/NAME@ALIAS`), a model URI
+                (`runs:/...`, `s3://...`), an OpenAI-compatible URL, or `scripted`; empty
+                evaluates the baselines only.
+            benchmark: `held-out` (the bundled problems' test split), a benchmark name (see
+                `conductor tasks list`), or a problem file in the image.
+            split: Split of the benchmark (empty: the loader's default).
+            limit: Evaluate only the first N problems; 0 evaluates all.
+            baselines: Comma-separated baseline specs (`single`, `single:W`, `moa`, `sc:W:N`,
+                `reflect:W:N`, `random`, `frontier:W`).
+            pool: Worker pool YAML in the image, or `bundled` for the simulated pool.
+            repeats: Runs per problem and method (standard errors over repeats).
+            rounds: Most Conductor rounds per question (recursion).
+            shards: Shards the evaluation is split into (each a task).
+        """
+        sharded_evaluation(
+            shards,
+            eval_parallelism,
+            cluster.cpu,
+            {
+                "title": "Evaluation",
+                "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                "pipeline": NAME,
+                "params": {"conductor": conductor, "pool": pool, "benchmark": benchmark},
+            },
+            benchmark=benchmark,
+            split=split,
+            conductor=conductor,
+            baselines=baselines,
+            pool=pool,
+            repeats=repeats,
+            rounds=rounds,
+            limit=limit,
+        )
+
+    return evaluation
+
+
+evaluation = build()

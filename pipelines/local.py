@@ -1,0 +1,270 @@
+"""Running a pipeline on Kubeflow's local runner: the embedded default of the platform.
+
+``kfp.local.SubprocessRunner(use_venv=False)`` runs each task as a subprocess of this Python, so the
+same components that run in pods run here. Around it this module sets up the embedded defaults
+(a local artifact folder, a SQLite MLflow store), shows one line per task as it starts and ends
+(the tasks' full logs go to a log file), and reads the run's results back for the summary.
+"""
+
+import builtins
+import io
+import json
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConductorError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STARTED = re.compile(r"Executing task '([^']+)'")
+_FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+_FAILED_TASK = re.compile(r"Inner task failed: '([^']+)'")
+_RAISED = re.compile(r"^\s*((?:[\w]+\.)*(\w+(?:Error|Exception|Failed))): (.+)$")
+LOCAL_PARALLELISM = 2
+"""Evaluation shards run at the same time locally (KFP's local runner runs at most 2)."""
+
+
+@dataclass
+class TaskTiming:
+    """One task of a local run: its name, status and wall time."""
+
+    name: str
+    status: str = "RUNNING"
+    seconds: float = 0.0
+
+
+@dataclass
+class LocalRun:
+    """What a local pipeline run produced."""
+
+    pipeline: str
+    run_dir: Path
+    """The run's folder under the KFP pipeline root (every task's outputs)."""
+    log_path: Path
+    seconds: float
+    tasks: list[TaskTiming] = field(default_factory=list)
+    ok: bool = True
+    error: str | None = None
+
+    def output(self, task: str, name: str) -> Path | None:
+        """The output ``name`` of ``task`` (the first match under the run folder), if any."""
+        found = sorted(self.run_dir.glob(f"**/{task}*/{name}"))
+        return found[0] if found else None
+
+
+class _TaskWatcher(io.TextIOBase):
+    """Stands in for stdout during a run: writes everything to the log, and reports task starts
+    and ends (KFP's local runner prints them) to ``on_event``."""
+
+    def __init__(self, log: io.TextIOBase, on_event: Callable[[str, str], None]) -> None:
+        self._log = log
+        self._on_event = on_event
+        self._buffer = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            plain = _ANSI.sub("", line)
+            if m := _STARTED.search(plain):
+                self._on_event(m.group(1), "STARTED")
+            elif m := _FINISHED.search(plain):
+                self._on_event(m.group(1), m.group(2))
+        return len(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+
+
+def local_settings() -> Any:
+    """The cluster settings for a local run: no pod environment variables or workspace (KFP's
+    local runner applies a task's environment variables, and the cluster's MLflow address or
+    workspace path would be wrong here)."""
+    from conductor_core.cluster.settings import load_cluster_settings
+
+    settings = load_cluster_settings()
+    local = {"env": {}, "workspace": None}
+    return settings.model_copy(
+        update={
+            "gpu": settings.gpu.model_copy(update=local),
+            "cpu": settings.cpu.model_copy(update=local),
+        }
+    )
+
+
+@contextmanager
+def _embedded_environment(root: Path):
+    """The embedded defaults for the tasks (subprocesses inherit them): artifacts under
+    ``root/pipelines``, MLflow in ``root/mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set."""
+    values = {
+        "CONDUCTOR_ARTIFACT_ROOT": str(root / "pipelines"),
+        "CONDUCTOR_RUNS_DIR": str(root),
+        "GX_ANALYTICS_ENABLED": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        values["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield values
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_local(
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    root: str | Path = "runs",
+    echo: Callable[[str], None] | None = None,
+    verbose: bool = False,
+) -> LocalRun:
+    """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
+
+    ``echo`` receives one line as each task starts and ends (default: stderr). With ``verbose``
+    the tasks' logs also go to stdout; they always go to ``root/logs/<run>.log``. A failed task
+    ends the run; the result then has ``ok`` False and the error, and the log keeps the task's
+    output.
+    """
+    import kfp.local
+
+    from pipelines.registry import build
+
+    say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+    root = Path(root).expanduser().resolve()
+    kfp_root = root / "kfp"
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
+    started_at: dict[str, float] = {}
+    tasks: dict[str, TaskTiming] = {}
+    t0 = time.perf_counter()
+
+    def on_event(task: str, what: str) -> None:
+        now = time.perf_counter()
+        if what == "STARTED":
+            # Iterations of a ParallelFor share a task name: number the repeats.
+            n = sum(1 for t in tasks if t == task or t.startswith(f"{task} #"))
+            key = task if n == 0 else f"{task} #{n + 1}"
+            started_at[key] = now
+            tasks[key] = TaskTiming(key)
+            say(f"[{now - t0:6.0f}s] {key} ...")
+            return
+        running = [
+            k for k, t in tasks.items() if t.status == "RUNNING" and k.split(" #")[0] == task
+        ]
+        key = running[0] if running else task
+        timing = tasks.setdefault(key, TaskTiming(key))
+        timing.status = what
+        timing.seconds = now - started_at.get(key, now)
+        mark = "done" if what == "SUCCESS" else what
+        say(f"[{now - t0:6.0f}s] {key} {mark} ({timing.seconds:.0f} s)")
+
+    before = set(kfp_root.glob("*")) if kfp_root.exists() else set()
+    error = None
+    with _embedded_environment(root), log_path.open("w", encoding="utf-8") as log:
+        kfp.local.init(
+            runner=kfp.local.SubprocessRunner(use_venv=False),
+            pipeline_root=str(kfp_root),
+            raise_on_error=True,
+        )
+        watcher = _TaskWatcher(log, on_event)
+        stdout = sys.stdout
+        # kfp's local runner swaps builtins.print for an indenting one around each task; two
+        # tasks in parallel restore each other's copy, leaving print indented for good (every
+        # later print, even to stderr, then writes spaces to stdout). Put the real one back.
+        real_print = builtins.print
+        sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]
+        try:
+            with warnings.catch_warnings():
+                # Expected locally, once per task: resources and pod settings apply on a cluster
+                # only, and the components name their cluster image while running in this Python.
+                warnings.filterwarnings("ignore", message=".*no effect in the current local runner")
+                warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
+                pipeline(**(params or {}))
+        except Exception as exc:
+            error = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        finally:
+            sys.stdout = stdout
+            builtins.print = real_print
+    if error is not None:
+        error = _failure(error, log_path)
+    if error is None:
+        # Parallel iterations print through one stdout, and a finish line can come out interleaved
+        # with another task's output; a run without an error had every task succeed (the local
+        # runner raises on the first failure). Such a task ran alongside its twin: same time.
+        for t in tasks.values():
+            if t.status == "RUNNING":
+                base = t.name.split(" #")[0]
+                twins = [o.seconds for o in tasks.values() if o.name.split(" #")[0] == base]
+                t.status, t.seconds = "SUCCESS", max(twins)
+    new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
+    if not new:
+        raise ConductorError(f"pipeline {name}: the local runner wrote nothing; log: {log_path}")
+    return LocalRun(
+        pipeline=name,
+        run_dir=new[-1],
+        log_path=log_path,
+        seconds=time.perf_counter() - t0,
+        tasks=list(tasks.values()),
+        ok=error is None,
+        error=error,
+    )
+
+
+def _failure(error: str, log_path: Path) -> str:
+    """One line for a failed run: the failed task and the last exception its log raised (a
+    ``ConductorError`` says what to fix), instead of KFP's "Inner task failed"."""
+    task = m.group(1) if (m := _FAILED_TASK.search(_ANSI.sub("", error))) else None
+    raised = None
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if m := _RAISED.match(_ANSI.sub("", line)):
+            raised = m
+    if raised is None:
+        return error
+    name, short, message = raised.groups()
+    reason = message if name.startswith("conductor_core.") else f"{short}: {message}"
+    return f"task '{task}' failed: {reason}" if task else reason
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams: Any) -> None:
+        self._streams = streams
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for s in self._streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self._streams:
+            s.flush()
+
+
+def read_comparison(run: LocalRun) -> dict[str, Any] | None:
+    """The aggregate task's comparison table of a local run, if it got that far."""
+    folder = run.output("aggregate", "comparison")
+    if folder is None or not (folder / "comparison.json").is_file():
+        return None
+    return json.loads((folder / "comparison.json").read_text(encoding="utf-8"))

@@ -1,0 +1,377 @@
+"""Submit a compiled pipeline to a Kubeflow Pipelines endpoint with the official ``kfp.Client``.
+
+One call does what an engineer would do in the UI: upload the pipeline (or, when a pipeline of
+that name exists, a new version of it), get or create the experiment, and start a run of exactly
+that version with the given parameters::
+
+    result = submit("pipelines/compiled/training.yaml", host="http://localhost:8080",
+                    pipeline_name="conductor-training", params={"profile": "tiny"})
+    print(result.run_url)
+
+Every failure a user can cause (unreachable host, rejected credentials, a rejected upload, a
+taken version name, unknown run parameters) raises :class:`SubmitError` with one line that says
+what failed and how to fix it. The bearer token is only handed to ``kfp.Client``: it is never
+printed, logged or put in an error message. ``kfp`` is imported when :func:`submit` is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+import warnings
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from conductor_core import __version__
+from conductor_core.errors import ConductorError, require
+
+log = logging.getLogger(__name__)
+
+HEALTHZ_PATH = "/apis/v2beta1/healthz"
+PROBE_TIMEOUT_S = 10.0
+_MAX_DETAIL = 300
+
+
+class SubmitError(ConductorError):
+    """Submitting a pipeline failed; the message is one line naming the step and the fix."""
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What :func:`submit` created on the Kubeflow Pipelines endpoint."""
+
+    host: str
+    pipeline_id: str
+    pipeline_name: str
+    version_id: str
+    version_name: str
+    experiment_id: str
+    experiment: str
+    run_id: str
+    run_name: str
+    run_url: str
+    created_pipeline: bool
+    package_sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def default_version_name(package_sha256: str, now: datetime | None = None) -> str:
+    """``YYYYMMDD-HHMMSS-<first 12 hex of the package's SHA-256>`` (UTC): unique per upload and
+    traceable to the file's content."""
+    when = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{when}-{package_sha256[:12]}"
+
+
+def submit(
+    package_path: str | Path,
+    *,
+    host: str,
+    pipeline_name: str,
+    version_name: str | None = None,
+    experiment: str = "conductor",
+    run_name: str | None = None,
+    params: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    existing_token: str | None = None,
+) -> SubmitResult:
+    """Upload ``package_path`` to the KFP endpoint ``host`` and start a run of that version.
+
+    Args:
+        package_path: A compiled pipeline (YAML from ``kfp.compiler``).
+        host: The KFP API endpoint, e.g. ``http://localhost:8080`` (a port-forward of
+            ``ml-pipeline-ui``) or ``https://kubeflow.example.com/pipeline``. Without a scheme,
+            ``https://`` is assumed (as ``kfp.Client`` does).
+        pipeline_name: The pipeline's name in KFP. Absent: the pipeline is uploaded (KFP names
+            its first version after the pipeline). Present: a new version is uploaded.
+        version_name: The new version's name; default :func:`default_version_name`.
+        experiment: The experiment the run is filed under (created when absent).
+        run_name: The run's name; default ``"<pipeline_name> <UTC time>"``.
+        params: Pipeline parameters of the run (names must be inputs of the pipeline).
+        namespace: The Kubeflow profile namespace (multi-user installs); ``None`` otherwise.
+        existing_token: A bearer token for the endpoint (sent as ``Authorization``; never
+            printed or logged).
+
+    Returns:
+        The pipeline, version, experiment and run ids, and the run's URL in the KFP UI.
+
+    Raises:
+        SubmitError: a step failed (one line: the step, the server's reason, the fix).
+        MissingDependencyError: ``kfp`` is not installed (the ``pipelines`` extra).
+    """
+    path = Path(package_path)
+    if not path.is_file():
+        raise SubmitError(
+            f"pipeline package not found: {path}; compile it first (conductor pipeline compile)"
+        )
+    if not pipeline_name or not pipeline_name.strip():
+        raise SubmitError("pipeline_name is empty; give the pipeline a name")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    host = _normalise_host(host)
+    scrub = _Scrubber(existing_token)
+    _probe(host, existing_token, scrub)
+
+    kfp = require("kfp", "pipelines", "submitting pipelines to Kubeflow")
+    with _quiet():
+        client = kfp.Client(
+            host=host,
+            existing_token=existing_token,
+            namespace=namespace or "kubeflow",  # kfp.Client's "not given"
+        )
+    session = _Session(client, host, scrub)
+
+    description = f"conductor-core {__version__}; package sha256 {digest}"
+    pipeline_id = session.find_pipeline(pipeline_name, namespace)
+    created = False
+    if pipeline_id is None:
+        uploaded = session.call(
+            f"uploading pipeline {pipeline_name!r}",
+            client.upload_pipeline,
+            pipeline_package_path=str(path),
+            pipeline_name=pipeline_name,
+            description=description,
+            namespace=namespace,
+            conflict=None,  # taken meanwhile: upload a version instead (below)
+        )
+        if uploaded is not None:
+            pipeline_id, created = uploaded.pipeline_id, True
+            version = session.newest_version(pipeline_id, pipeline_name)
+        else:
+            pipeline_id = session.find_pipeline(pipeline_name, namespace)
+            if pipeline_id is None:
+                raise SubmitError(
+                    f"uploading pipeline {pipeline_name!r}: the server says it exists but "
+                    "lists no pipeline of that name; check the namespace"
+                )
+    if not created:
+        version_name = version_name or default_version_name(digest)
+        version = session.call(
+            f"uploading version {version_name!r} of pipeline {pipeline_name!r}",
+            client.upload_pipeline_version,
+            pipeline_package_path=str(path),
+            pipeline_version_name=version_name,
+            pipeline_id=pipeline_id,
+            description=description,
+            conflict=(
+                f"version {version_name!r} of pipeline {pipeline_name!r} already exists; "
+                "pass another version name"
+            ),
+        )
+
+    exp = session.call(
+        f"getting or creating experiment {experiment!r}",
+        client.create_experiment,
+        name=experiment,
+        namespace=namespace,
+    )
+    run_name = run_name or f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}"
+    run = session.call(
+        f"starting run {run_name!r}",
+        client.run_pipeline,
+        experiment_id=exp.experiment_id,
+        job_name=run_name,
+        params=dict(params or {}),
+        pipeline_id=pipeline_id,
+        version_id=version.pipeline_version_id,
+    )
+    ui = _normalise_host(os.environ.get("KF_PIPELINES_UI_ENDPOINT") or host)
+    result = SubmitResult(
+        host=host,
+        pipeline_id=pipeline_id,
+        pipeline_name=pipeline_name,
+        version_id=version.pipeline_version_id,
+        version_name=version.display_name or version.name or "",
+        experiment_id=exp.experiment_id,
+        experiment=experiment,
+        run_id=run.run_id,
+        run_name=run_name,
+        run_url=f"{ui}/#/runs/details/{run.run_id}",
+        created_pipeline=created,
+        package_sha256=digest,
+    )
+    log.info(
+        "submitted %s version %s: run %s (%s)",
+        pipeline_name,
+        result.version_name,
+        result.run_id,
+        result.run_url,
+    )
+    return result
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _normalise_host(host: str) -> str:
+    host = (host or "").strip().rstrip("/")
+    if not host:
+        raise SubmitError("host is empty; give the Kubeflow Pipelines endpoint URL")
+    if not host.startswith(("http://", "https://")):
+        host = "https://" + host
+    return host
+
+
+class _Scrubber:
+    """Removes the token from any text that may reach a message (defence in depth)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def __call__(self, text: str) -> str:
+        text = " ".join(str(text).split())  # one line
+        if self.token:
+            text = text.replace(self.token, "***")
+        return text[:_MAX_DETAIL]
+
+
+def _probe(host: str, token: str | None, scrub: _Scrubber) -> None:
+    """GET the healthz endpoint once, with a timeout: a clear error now instead of kfp.Client's
+    retries (5 x 5 s) or an endless wait on a host that does not answer."""
+    request = urllib.request.Request(host + HEALTHZ_PATH, headers={"Accept": "application/json"})
+    if token:
+        request.add_unredirected_header("Authorization", f"Bearer {token}")
+    # Like kfp.Client (urllib3): no proxy from the environment, certifi's CA bundle if present.
+    handlers: list[Any] = [urllib.request.ProxyHandler({})]
+    with contextlib.suppress(ImportError):
+        import ssl
+
+        import certifi
+
+        context = ssl.create_default_context(cafile=certifi.where())
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        with opener.open(request, timeout=PROBE_TIMEOUT_S) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise SubmitError(
+                f"Kubeflow Pipelines at {host} rejected the credentials (HTTP {exc.code}); "
+                "check the token (and the namespace) you gave"
+            ) from None
+        raise SubmitError(
+            f"Kubeflow Pipelines at {host} answered HTTP {exc.code} on {HEALTHZ_PATH}; "
+            "check that --host is the KFP API endpoint (e.g. http://localhost:8080 for "
+            "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`)"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SubmitError(
+            f"cannot reach Kubeflow Pipelines at {host}: {scrub(str(reason))}; check --host and "
+            "that the endpoint is reachable from here (port-forward, VPN)"
+        ) from None
+
+
+@contextlib.contextmanager
+def _quiet():
+    """kfp.Client prints links and warns about its server version: keep stdout clean (the
+    links are in the result)."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()) as out:
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+    if out.getvalue().strip():
+        log.debug("kfp: %s", out.getvalue().strip())
+
+
+def _server_reason(exc: Any, scrub: _Scrubber) -> str:
+    """The server's message from an ``ApiException`` body (either KFP error shape)."""
+    body = getattr(exc, "body", None) or ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    message = ""
+    try:
+        data = json.loads(body)
+        if isinstance(data, dict):
+            message = str(
+                data.get("error_message") or data.get("message") or data.get("error") or ""
+            )
+    except ValueError:
+        message = body
+    status = getattr(exc, "status", None)
+    head = f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip() if status else "error"
+    return scrub(f"{head}: {message}" if message else head)
+
+
+class _Session:
+    """Runs ``kfp.Client`` calls, turning their exceptions into one-line :class:`SubmitError`."""
+
+    def __init__(self, client: Any, host: str, scrub: _Scrubber) -> None:
+        self.client = client
+        self.host = host
+        self.scrub = scrub
+
+    def call(self, what: str, fn: Any, *, conflict: str | None = "", **kwargs: Any) -> Any:
+        """``fn(**kwargs)``; on HTTP 409 raise ``conflict`` as the message, or return ``None``
+        when ``conflict`` is ``None``."""
+        import kfp_server_api
+        import urllib3
+
+        try:
+            with _quiet():
+                return fn(**kwargs)
+        except kfp_server_api.ApiException as exc:
+            if exc.status == 409 and conflict is None:
+                return None
+            if exc.status == 409 and conflict:
+                raise SubmitError(f"{what}: {conflict}") from None
+            if exc.status in (401, 403):
+                raise SubmitError(
+                    f"{what}: Kubeflow Pipelines at {self.host} refused it "
+                    f"({_server_reason(exc, self.scrub)}); check the token and the namespace"
+                ) from None
+            raise SubmitError(
+                f"{what}: rejected by Kubeflow Pipelines at {self.host} "
+                f"({_server_reason(exc, self.scrub)})"
+            ) from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise SubmitError(
+                f"{what}: lost the connection to Kubeflow Pipelines at {self.host} "
+                f"({self.scrub(type(exc).__name__)}); check that the endpoint is up"
+            ) from None
+        except ValueError as exc:  # kfp's own checks (names, duplicates)
+            raise SubmitError(f"{what}: {self.scrub(str(exc))}") from None
+
+    def find_pipeline(self, name: str, namespace: str | None) -> str | None:
+        """The id of the pipeline named ``name`` (display name), or ``None``."""
+        flt = json.dumps(
+            {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": name}]}
+        )
+        found = self.call(
+            f"looking up pipeline {name!r}",
+            self.client.list_pipelines,
+            filter=flt,
+            namespace=namespace,
+            page_size=2,
+        )
+        pipelines = [p for p in (found.pipelines or []) if p.display_name == name]
+        if len(pipelines) > 1:
+            raise SubmitError(
+                f"looking up pipeline {name!r}: {len(pipelines)} pipelines have that name; "
+                "rename or delete the duplicates in the KFP UI"
+            )
+        return pipelines[0].pipeline_id if pipelines else None
+
+    def newest_version(self, pipeline_id: str, pipeline_name: str) -> Any:
+        """The newest version of a pipeline (the one an upload just created)."""
+        found = self.call(
+            f"reading the versions of pipeline {pipeline_name!r}",
+            self.client.list_pipeline_versions,
+            pipeline_id=pipeline_id,
+            page_size=1,
+            sort_by="created_at desc",
+        )
+        if not found.pipeline_versions:
+            raise SubmitError(
+                f"pipeline {pipeline_name!r} was uploaded but KFP lists no version of it"
+            )
+        return found.pipeline_versions[0]

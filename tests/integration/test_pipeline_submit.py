@@ -1,0 +1,254 @@
+"""``pipelines.submit.submit`` drives the official ``kfp.Client`` against a KFP API stand-in.
+
+The stand-in (``tests/support/kfp_standin.py``) speaks the KFP v2beta1 REST protocol on loopback
+and records every request, so these tests check what a real server would receive: the exact
+uploaded bytes, names, the experiment, run parameters and the version reference of the run.
+
+No ``from __future__ import annotations`` here: kfp reads the component's annotations as types.
+"""
+
+import hashlib
+import logging
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conductor_core.cluster.images import BASE_IMAGE
+from conductor_core.errors import ConductorError
+from pipelines.submit import SubmitError, SubmitResult, default_version_name, submit
+from tests.support.kfp_standin import API, KfpStandIn
+
+PIPELINE = "conductor-tiny-add"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-component pipeline compiled by kfp to YAML."""
+    from kfp import compiler, dsl
+
+    @dsl.component(base_image=BASE_IMAGE, install_kfp_package=False)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @dsl.pipeline(name="tiny-add", description="adds two numbers")
+    def tiny_add(a: int = 1, b: int = 2) -> None:
+        add(a=a, b=b)
+
+    path = tmp_path_factory.mktemp("pkg") / "tiny_add.yaml"
+    compiler.Compiler().compile(pipeline_func=tiny_add, package_path=str(path))
+    return path
+
+
+@pytest.fixture
+def standin() -> Iterator[KfpStandIn]:
+    with KfpStandIn() as server:
+        yield server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_first_submit_uploads_the_pipeline_and_runs_that_version(
+    package: Path, standin: KfpStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = submit(
+        package,
+        host=standin.host,
+        pipeline_name=PIPELINE,
+        experiment="conductor-test",
+        run_name="first run",
+        params={"a": 5, "b": 7},
+    )
+
+    uploads = standin.requests_to("POST", f"{API}/pipelines/upload")
+    assert len(uploads) == 1
+    filename, data = uploads[0].files["uploadfile"]
+    assert data == package.read_bytes()
+    assert filename == package.name
+    assert uploads[0].param("name") == PIPELINE
+    assert not standin.requests_to("POST", f"{API}/pipelines/upload_version")
+
+    experiments = standin.requests_to("POST", f"{API}/experiments")
+    assert [r.json()["display_name"] for r in experiments] == ["conductor-test"]
+
+    (run_req,) = standin.requests_to("POST", f"{API}/runs")
+    body = run_req.json()
+    assert body["display_name"] == "first run"
+    assert body["experiment_id"] == result.experiment_id
+    assert body["runtime_config"]["parameters"] == {"a": 5, "b": 7}
+    assert body["pipeline_version_reference"] == {
+        "pipeline_id": result.pipeline_id,
+        "pipeline_version_id": result.version_id,
+    }
+    assert "pipeline_spec" not in body  # the run is of the uploaded version, not an inline spec
+
+    (pipeline,) = standin.pipelines.values()
+    (version,) = standin.versions.values()
+    assert isinstance(result, SubmitResult)
+    assert result.created_pipeline is True
+    assert result.pipeline_id == pipeline["pipeline_id"]
+    assert result.version_id == version["pipeline_version_id"]
+    assert result.version_name == PIPELINE  # KFP names a pipeline's first version after it
+    assert result.run_id in standin.runs
+    assert result.run_url == f"{standin.host}/#/runs/details/{result.run_id}"
+    assert result.package_sha256 == hashlib.sha256(package.read_bytes()).hexdigest()
+    assert result.to_dict()["run_id"] == result.run_id
+    assert capsys.readouterr().out == ""  # kfp.Client's printed links are kept off stdout
+
+
+def test_second_submit_uploads_a_new_version_and_reuses_the_experiment(
+    package: Path, standin: KfpStandIn
+) -> None:
+    first = submit(package, host=standin.host, pipeline_name=PIPELINE, params={"a": 1})
+    second = submit(package, host=standin.host, pipeline_name=PIPELINE, params={"a": 2})
+
+    assert len(standin.requests_to("POST", f"{API}/pipelines/upload")) == 1
+    (upload_version,) = standin.requests_to("POST", f"{API}/pipelines/upload_version")
+    assert upload_version.param("pipelineid") == first.pipeline_id
+    assert upload_version.files["uploadfile"][1] == package.read_bytes()
+    sha = hashlib.sha256(package.read_bytes()).hexdigest()
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{sha[:12]}", second.version_name)
+    assert upload_version.param("name") == second.version_name
+
+    assert second.created_pipeline is False
+    assert second.pipeline_id == first.pipeline_id
+    assert second.version_id != first.version_id
+    assert len(standin.versions) == 2
+    assert standin.versions[second.version_id]["name"] == second.version_name
+
+    # the experiment was created once and found the second time
+    assert len(standin.requests_to("POST", f"{API}/experiments")) == 1
+    assert second.experiment_id == first.experiment_id
+    runs = [r.json() for r in standin.requests_to("POST", f"{API}/runs")]
+    assert [r["pipeline_version_reference"]["pipeline_version_id"] for r in runs] == [
+        first.version_id,
+        second.version_id,
+    ]
+    assert [r["runtime_config"]["parameters"] for r in runs] == [{"a": 1}, {"a": 2}]
+
+
+def test_a_taken_version_name_is_a_clear_error(package: Path, standin: KfpStandIn) -> None:
+    submit(package, host=standin.host, pipeline_name=PIPELINE)
+    submit(package, host=standin.host, pipeline_name=PIPELINE, version_name="v1")
+    with pytest.raises(SubmitError) as info:
+        submit(package, host=standin.host, pipeline_name=PIPELINE, version_name="v1")
+    message = str(info.value)
+    assert "'v1'" in message and "already exists" in message and "\n" not in message
+    assert len(standin.runs) == 2  # no run was started for the refused upload
+
+
+def test_unreachable_host_gives_one_clear_line(package: Path) -> None:
+    host = f"http://127.0.0.1:{_free_port()}"
+    start = time.monotonic()
+    with pytest.raises(SubmitError) as info:
+        submit(package, host=host, pipeline_name=PIPELINE)
+    assert time.monotonic() - start < 10  # no retry loop
+    message = str(info.value)
+    assert isinstance(info.value, ConductorError)
+    assert message.startswith(f"cannot reach Kubeflow Pipelines at {host}")
+    assert "\n" not in message
+
+
+def test_rejected_upload_gives_the_servers_reason(tmp_path: Path, standin: KfpStandIn) -> None:
+    bad = tmp_path / "not_a_pipeline.yaml"
+    bad.write_text("hello: world\n")
+    with pytest.raises(SubmitError) as info:
+        submit(bad, host=standin.host, pipeline_name=PIPELINE)
+    message = str(info.value)
+    assert message.startswith(f"uploading pipeline {PIPELINE!r}: rejected by Kubeflow Pipelines")
+    assert "HTTP 400" in message and "not a KFP pipeline spec" in message
+    assert "\n" not in message
+    assert not standin.pipelines and not standin.runs
+
+
+def test_unknown_run_parameter_is_rejected_by_the_server(
+    package: Path, standin: KfpStandIn
+) -> None:
+    with pytest.raises(SubmitError) as info:
+        submit(package, host=standin.host, pipeline_name=PIPELINE, params={"c": 3})
+    assert "starting run" in str(info.value)
+    assert "Unrecognized input parameter: c" in str(info.value)
+
+
+def test_missing_package_is_a_clear_error(tmp_path: Path, standin: KfpStandIn) -> None:
+    with pytest.raises(SubmitError, match="pipeline package not found"):
+        submit(tmp_path / "absent.yaml", host=standin.host, pipeline_name=PIPELINE)
+    assert standin.requests == []
+
+
+def test_token_is_sent_but_never_printed_or_logged(
+    package: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "s3cr3t-token-value-0123456789"
+    caplog.set_level(logging.DEBUG)
+    with KfpStandIn(token=token) as server:
+        result = submit(package, host=server.host, pipeline_name=PIPELINE, existing_token=token)
+        assert server.requests and all(r.authorized for r in server.requests)
+        assert result.run_id in server.runs
+
+        with pytest.raises(SubmitError) as info:
+            submit(package, host=server.host, pipeline_name=PIPELINE, existing_token="wrong-tok")
+        assert "rejected the credentials (HTTP 401)" in str(info.value)
+        assert "wrong-tok" not in str(info.value)
+    out = capsys.readouterr()
+    for text in (out.out, out.err, caplog.text, repr(result.to_dict())):
+        assert token not in text
+
+
+def test_namespace_reaches_the_server_in_multi_user_mode(package: Path) -> None:
+    with KfpStandIn(multi_user=True) as server:
+        first = submit(package, host=server.host, pipeline_name=PIPELINE, namespace="team-a")
+        second = submit(package, host=server.host, pipeline_name=PIPELINE, namespace="team-a")
+        (upload,) = server.requests_to("POST", f"{API}/pipelines/upload")
+        assert upload.param("namespace") == "team-a"
+        assert [r.param("namespace") for r in server.requests_to("GET", f"{API}/pipelines")] == [
+            "team-a",
+            "team-a",
+        ]
+        (exp_req,) = server.requests_to("POST", f"{API}/experiments")
+        assert exp_req.json()["namespace"] == "team-a"
+        assert second.pipeline_id == first.pipeline_id and not second.created_pipeline
+
+
+def test_default_version_name_is_time_and_content_hash() -> None:
+    from datetime import UTC, datetime
+
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    assert default_version_name("ab" * 32, when) == "20260304-050607-abababababab"
+
+
+def test_conductor_pipeline_submit_uploads_the_compiled_training_pipeline(
+    standin: KfpStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from conductor_core.cli import main
+    from pipelines.registry import COMPILED_DIR
+
+    main(
+        [
+            "pipeline",
+            "submit",
+            "training",
+            "--host",
+            standin.host,
+            "--set",
+            "base_steps=50",
+            "--set",
+            "profile=tiny",
+        ]
+    )
+    printed = json.loads(capsys.readouterr().out)
+    (upload,) = standin.requests_to("POST", f"{API}/pipelines/upload")
+    assert upload.files["uploadfile"][1] == (COMPILED_DIR / "training.yaml").read_bytes()
+    assert upload.param("name") == "conductor-training"
+    (run_req,) = standin.requests_to("POST", f"{API}/runs")
+    assert run_req.json()["runtime_config"]["parameters"] == {"base_steps": 50, "profile": "tiny"}
+    assert printed["run_id"] in standin.runs

@@ -1,0 +1,434 @@
+"""The TrainJob launcher against ``kmock``, an in-memory Kubernetes API on 127.0.0.1 that the
+official ``kubernetes`` client talks HTTP to. kmock has no controllers: each test plays the
+Trainer/JobSet controllers itself (patches the TrainJob status, creates the rank-0 pod).
+
+Two kmock quirks the harness works around: it reads ``watch=true`` only in lowercase (the Python
+client sends ``watch=True``, which real API servers accept), and it never ends a watch by
+``timeoutSeconds`` (the launcher's client-side read timeout ends each window instead). It also
+ignores label and field selectors, which the launcher checks again on its side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+kmock = pytest.importorskip("kmock")
+kubernetes = pytest.importorskip("kubernetes")
+
+from kubernetes import client  # noqa: E402
+
+from conductor_core.cluster.launcher import (  # noqa: E402
+    ClusterError,
+    TrainJobCancelledError,
+    TrainJobDeadlineError,
+    TrainJobFailedError,
+    launch_and_wait,
+)
+from conductor_core.cluster.settings import ClusterSettings, load_cluster_settings  # noqa: E402
+from conductor_core.cluster.trainjob import (  # noqa: E402
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+    TRAINJOB_PLURAL,
+    TrainJobRequest,
+    build_manifests,
+)
+
+NS = "conductor-test"
+GROUP_VERSION = (TRAINER_GROUP, TRAINER_VERSION)
+
+
+class _LowercaseWatchServer:
+    """aiohttp ``RawTestServer`` whose handler sees ``watch=True`` as ``watch=true``."""
+
+    def __new__(cls, handler: Any, **kwargs: Any) -> Any:
+        import aiohttp.test_utils
+
+        async def wrapped(request: Any) -> Any:
+            if request.query.get("watch") == "True":
+                request = request.clone(rel_url=request.rel_url.update_query(watch="true"))
+            return await handler(request)
+
+        return aiohttp.test_utils.RawTestServer(wrapped, **kwargs)
+
+
+class KMockCluster:
+    """A kmock ``KubernetesEmulator`` served on 127.0.0.1 from a background event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Future[None] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+        self.thread.start()
+        if not self._ready.wait(15) or self.error is not None:
+            raise RuntimeError(f"kmock did not start: {self.error!r}")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported by __init__
+            self.error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop = self.loop.create_future()
+        emulator = kmock.KubernetesEmulator()
+        async with emulator as km, kmock.Server(km, server_cls=_LowercaseWatchServer) as server:
+            self.km = km
+            self.url = str(server.url).rstrip("/")
+            for key, kind in (
+                (f"{TRAINER_GROUP}/{TRAINER_VERSION}/{TRAINJOB_PLURAL}", "TrainJob"),
+                ("v1/configmaps", "ConfigMap"),
+                ("v1/pods", "Pod"),
+            ):
+                km.resources[key].kind = kind
+                km.resources[key].namespaced = True
+            self._ready.set()
+            await self._stop
+
+    def serve_log(self, pod: str, text: str) -> None:
+        """Answer ``GET .../pods/<pod>/log`` with ``text`` (a finished container's log)."""
+        self.km[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << text.encode()
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set_result, None)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[KMockCluster]:
+    server = KMockCluster()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture()
+def api(cluster: KMockCluster) -> Iterator[client.ApiClient]:
+    cfg = client.Configuration()
+    cfg.host = cluster.url
+    with client.ApiClient(cfg) as api_client:
+        yield api_client
+
+
+def make_settings(**trainjob: Any) -> ClusterSettings:
+    return load_cluster_settings(
+        None,
+        overrides={
+            "namespace": NS,
+            "trainjob": {"watch_timeout_s": 1, "deadline_s": 30, "num_nodes": 2, **trainjob},
+        },
+    )
+
+
+def make_request(stage: str = "base") -> TrainJobRequest:
+    return TrainJobRequest(
+        run_id=f"run-{uuid.uuid4().hex[:8]}",
+        task_id="task-1",
+        stage=stage,
+        stage_config={"stage": stage, "steps": 3},
+        image="registry.example.com/conductor-train:test",
+    )
+
+
+def get_job(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *GROUP_VERSION, NS, TRAINJOB_PLURAL, name
+        )
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def get_configmap(api: client.ApiClient, name: str) -> Any | None:
+    try:
+        return client.CoreV1Api(api).read_namespaced_config_map(name, NS)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def wait_for_job(api: client.ApiClient, name: str, timeout: float = 10.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        job = get_job(api, name)
+        if job is not None:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"TrainJob {name} was never created")
+
+
+def set_conditions(api: client.ApiClient, name: str, conditions: list[dict[str, Any]]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *GROUP_VERSION, NS, TRAINJOB_PLURAL, name, {"status": {"conditions": conditions}}
+    )
+
+
+def create_pod(api: client.ApiClient, job: str, name: str, index: int) -> None:
+    client.CoreV1Api(api).create_namespaced_pod(
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": job,
+                    "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    "jobset.sigs.k8s.io/job-index": str(index),
+                    "batch.kubernetes.io/job-completion-index": "0",
+                },
+            },
+            "spec": {"containers": [{"name": "node", "image": "x"}]},
+            "status": {"phase": "Running"},
+        },
+    )
+
+
+def controller(
+    api: client.ApiClient, name: str, steps: Callable[[], None]
+) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``steps`` (the fake controller) once the TrainJob exists, in a thread."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            wait_for_job(api, name)
+            steps()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_complete_job_is_created_as_built_streams_rank0_log_and_is_kept(cluster, api) -> None:
+    settings = make_settings()
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    name = manifests.name
+    cluster.serve_log(
+        f"{name}-node-0-0-aaaaa",
+        "2026-01-01T00:00:00.5Z step 1 loss 0.9\n2026-01-01T00:00:01Z step 2 loss 0.7\n",
+    )
+    cluster.serve_log(f"{name}-node-1-0-bbbbb", "2026-01-01T00:00:00Z rank 1 noise\n")
+    seen_running: list[dict[str, Any]] = []
+
+    def steps() -> None:
+        seen_running.append(get_job(api, name))
+        create_pod(api, name, f"{name}-node-1-0-bbbbb", 1)
+        create_pod(api, name, f"{name}-node-0-0-aaaaa", 0)
+        set_conditions(api, name, [{"type": "Suspended", "status": "False", "reason": "Resumed"}])
+        time.sleep(1.0)
+        set_conditions(api, name, [{"type": "Complete", "status": "True", "reason": "JobsDone"}])
+
+    thread, errors = controller(api, name, steps)
+    lines: list[str] = []
+    start = time.monotonic()
+    result = launch_and_wait(request, settings, api_client=api, log=lines.append)
+    thread.join(5)
+    assert not errors, errors
+    assert time.monotonic() - start < 15
+    assert (result.name, result.namespace, result.condition) == (name, NS, "Complete")
+    assert result.reason == "JobsDone"
+    assert result.attached is False
+    assert 0.5 < result.duration_s < 15
+
+    # the server received the manifests as built
+    stored = seen_running[0]
+    assert stored["spec"] == manifests.trainjob["spec"]
+    assert stored["metadata"]["labels"] == manifests.trainjob["metadata"]["labels"]
+    configmap = get_configmap(api, manifests.configmap_name)
+    assert configmap.data == manifests.configmap["data"]
+
+    # rank-0 log lines, without their timestamps; not rank 1's
+    assert "step 1 loss 0.9" in lines and "step 2 loss 0.7" in lines
+    assert lines.index("step 1 loss 0.9") < lines.index("step 2 loss 0.7")
+    assert not any("rank 1 noise" in line for line in lines)
+
+    # kept on success (delete_on_success is off)
+    assert get_job(api, name) is not None
+
+
+def test_delete_on_success_removes_job_and_configmap(cluster, api) -> None:
+    settings = make_settings(delete_on_success=True, stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+
+    def steps() -> None:
+        set_conditions(api, manifests.name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, manifests.name, steps)
+    result = launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert result.condition == "Complete"
+    assert get_job(api, manifests.name) is None
+    assert get_configmap(api, manifests.configmap_name) is None
+
+
+def test_failed_job_raises_with_reason_and_log_tail_and_is_deleted(cluster, api) -> None:
+    settings = make_settings()
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    name = manifests.name
+    cluster.serve_log(f"{name}-node-0-0-ccccc", "2026-01-01T00:00:00Z CUDA out of memory\n")
+
+    def steps() -> None:
+        create_pod(api, name, f"{name}-node-0-0-ccccc", 0)
+        time.sleep(0.5)
+        set_conditions(
+            api,
+            name,
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "x",
+                }
+            ],
+        )
+
+    thread, errors = controller(api, name, steps)
+    with pytest.raises(TrainJobFailedError) as info:
+        launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert "BackoffLimitExceeded" in str(info.value)
+    assert info.value.state.reason == "BackoffLimitExceeded"
+    assert "CUDA out of memory" in info.value.log_tail
+    assert get_job(api, name) is None
+    assert get_configmap(api, manifests.configmap_name) is None
+
+
+def test_failed_job_is_kept_when_delete_on_failure_is_off(cluster, api) -> None:
+    settings = make_settings(delete_on_failure=False, stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+
+    def steps() -> None:
+        set_conditions(api, manifests.name, [{"type": "Failed", "status": "True"}])
+
+    thread, errors = controller(api, manifests.name, steps)
+    with pytest.raises(TrainJobFailedError):
+        launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert get_job(api, manifests.name) is not None
+
+
+def test_existing_job_of_the_same_task_is_attached_to(cluster, api) -> None:
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    custom = client.CustomObjectsApi(api)
+    # a first try of this task created both, then the task was retried
+    client.CoreV1Api(api).create_namespaced_config_map(NS, manifests.configmap)
+    custom.create_namespaced_custom_object(*GROUP_VERSION, NS, TRAINJOB_PLURAL, manifests.trainjob)
+    set_conditions(api, manifests.name, [{"type": "Suspended", "status": "False"}])
+
+    def steps() -> None:
+        time.sleep(0.5)
+        set_conditions(api, manifests.name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, manifests.name, steps)
+    lines: list[str] = []
+    result = launch_and_wait(request, settings, api_client=api, log=lines.append)
+    thread.join(5)
+    assert not errors, errors
+    assert result.attached is True
+    assert result.condition == "Complete"
+    assert any("already exists: attaching" in line for line in lines)
+    listed = custom.list_namespaced_custom_object(*GROUP_VERSION, NS, TRAINJOB_PLURAL)["items"]
+    assert [item["metadata"]["name"] for item in listed].count(manifests.name) == 1
+
+
+def test_existing_job_of_another_task_is_an_error_and_left_alone(cluster, api) -> None:
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    foreign = build_manifests(request, settings)
+    foreign.trainjob["metadata"]["labels"]["conductor.dev/run-id"] = "someone-else"
+    foreign.configmap["data"] = {"stage.yaml": "steps: 999\n"}
+    client.CoreV1Api(api).create_namespaced_config_map(NS, foreign.configmap)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *GROUP_VERSION, NS, TRAINJOB_PLURAL, foreign.trainjob
+    )
+    with pytest.raises(ClusterError, match="belongs to another task"):
+        launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    kept = get_job(api, manifests.name)
+    assert kept is not None
+    assert kept["metadata"]["labels"]["conductor.dev/run-id"] == "someone-else"
+    assert get_configmap(api, manifests.configmap_name).data == {"stage.yaml": "steps: 999\n"}
+
+
+def test_configmap_left_by_a_try_that_made_no_job_is_refreshed(cluster, api) -> None:
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    stale = {**manifests.configmap, "data": {"stage.yaml": "steps: 1\n"}}
+    client.CoreV1Api(api).create_namespaced_config_map(NS, stale)
+
+    def steps() -> None:
+        set_conditions(api, manifests.name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, manifests.name, steps)
+    result = launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert result.attached is False
+    assert get_configmap(api, manifests.configmap_name).data == manifests.configmap["data"]
+
+
+def test_deadline_deletes_the_job_and_raises(cluster, api) -> None:
+    settings = make_settings(deadline_s=2, stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+    start = time.monotonic()
+    with pytest.raises(TrainJobDeadlineError, match=r"deadline_s=2s"):
+        launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    elapsed = time.monotonic() - start
+    assert 2.0 <= elapsed < 10.0
+    assert get_job(api, manifests.name) is None
+    assert get_configmap(api, manifests.configmap_name) is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_cancellation_deletes_the_job(cluster, api, signum: int) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    manifests = build_manifests(request, settings)
+
+    def steps() -> None:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signum)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    thread, errors = controller(api, manifests.name, steps)
+    with pytest.raises(TrainJobCancelledError):
+        launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert signal.getsignal(signal.SIGTERM) is previous  # handler restored
+    assert get_job(api, manifests.name) is None
+    assert get_configmap(api, manifests.configmap_name) is None

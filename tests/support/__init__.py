@@ -1,0 +1,1 @@
+"""Helpers shared by tests: tools found or unpacked locally (for example the ``helm`` binary)."""

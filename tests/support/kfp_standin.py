@@ -1,0 +1,429 @@
+"""A STAND-IN for the Kubeflow Pipelines API server: not KFP, only the part of its REST API that
+``kfp.Client`` (SDK 2.17) calls to upload a pipeline (or a new version) and start a run of it.
+
+No KFP API server can run here (it needs Kubernetes, MySQL and Argo), so integration tests drive
+the official client against this loopback server instead. It speaks the real protocol of the
+``v2beta1`` API, as generated into ``kfp_server_api`` and served by the KFP backend
+(``backend/src/apiserver/server/pipeline_upload_server.go`` and the grpc-gateway routes):
+
+* ``GET  /apis/v2beta1/healthz``
+* ``POST /apis/v2beta1/pipelines/upload`` (multipart ``uploadfile``; query ``name``,
+  ``display_name``, ``description``, ``namespace``): creates a pipeline and its first version,
+  named after the pipeline; 409 when the name is taken;
+* ``POST /apis/v2beta1/pipelines/upload_version`` (multipart ``uploadfile``; query ``name``,
+  ``pipelineid``, ``description``): 400 without a known pipeline, 409 for a taken version name;
+* ``GET  /apis/v2beta1/pipelines`` (``filter`` with ``display_name`` EQUALS, ``namespace``) and
+  ``GET /apis/v2beta1/pipelines/{id}/versions`` (newest first);
+* ``POST /apis/v2beta1/experiments`` (409 for a taken name) and ``GET /apis/v2beta1/experiments``;
+* ``POST /apis/v2beta1/runs`` (checks the experiment, the pipeline version reference and that every
+  run parameter is an input of the pipeline, as the real server does) and
+  ``GET /apis/v2beta1/runs/{id}``.
+
+Errors have the real shapes: ``{"error_message", "error_details"}`` from the upload handlers,
+``{"error", "code", "message", "details"}`` (a ``google.rpc.Status``) from the others. Uploaded
+files must be KFP pipeline specs (YAML with ``pipelineInfo`` and ``root``). With ``token=...``
+every request must carry ``Authorization: Bearer <token>`` (401 otherwise).
+
+Everything received is recorded in :attr:`KfpStandIn.requests` (headers without the
+``Authorization`` value: only whether it matched). Nothing runs: a run stays ``PENDING``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+API = "/apis/v2beta1"
+# google.rpc.Code values used by the real server
+_GRPC_CODE = {400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 500: 13}
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the stand-in received it."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+    authorized: bool | None = None
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+    def param(self, name: str) -> str | None:
+        """The first value of one query parameter, or ``None``."""
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, *, upload: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.upload = upload
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_multipart(content_type: str, body: bytes) -> dict[str, tuple[str, bytes]]:
+    """Parts of a ``multipart/form-data`` body (RFC 7578): ``name -> (filename, bytes)``."""
+    match = re.search(r'boundary="?([^";]+)"?', content_type or "")
+    if not content_type.startswith("multipart/form-data") or not match:
+        raise _HttpError(400, "request Content-Type is not multipart/form-data", upload=True)
+    delimiter = b"--" + match.group(1).encode("latin-1")
+    parts: dict[str, tuple[str, bytes]] = {}
+    for chunk in body.split(delimiter)[1:]:
+        if chunk.startswith(b"--"):  # closing delimiter
+            break
+        chunk = chunk.removeprefix(b"\r\n")
+        head, sep, data = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            raise _HttpError(400, "malformed multipart part", upload=True)
+        disposition = ""
+        for line in head.decode("latin-1").split("\r\n"):
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "content-disposition":
+                disposition = value
+        name = re.search(r'\bname="([^"]*)"', disposition)
+        filename = re.search(r'\bfilename="([^"]*)"', disposition)
+        if name:
+            parts[name.group(1)] = (
+                filename.group(1) if filename else "",
+                data.removesuffix(b"\r\n"),
+            )
+    return parts
+
+
+def _filter_equals(raw: str | None) -> dict[str, str]:
+    """``key -> value`` of the EQUALS predicates of a KFP ``filter`` (operation 1 or "EQUALS")."""
+    if not raw:
+        return {}
+    try:
+        predicates = json.loads(raw).get("predicates", [])
+    except (ValueError, AttributeError) as exc:
+        raise _HttpError(400, f"Invalid input error: invalid filter: {exc}") from exc
+    out = {}
+    for pred in predicates:
+        if pred.get("operation") not in (1, "EQUALS"):
+            raise _HttpError(400, "stand-in: only EQUALS filter predicates are implemented")
+        value = pred.get("stringValue", pred.get("string_value"))
+        out[pred["key"]] = value
+    return out
+
+
+def _pipeline_spec(data: bytes) -> dict[str, Any]:
+    """The first YAML document of an uploaded file, which must be a KFP pipeline spec."""
+    try:
+        docs = [d for d in yaml.safe_load_all(data.decode("utf-8")) if d is not None]
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise _HttpError(400, f"Invalid input error: not a YAML file: {exc}", upload=True) from exc
+    spec = docs[0] if docs else None
+    if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
+        raise _HttpError(
+            400,
+            "Invalid input error: the file is not a KFP pipeline spec (no pipelineInfo/root)",
+            upload=True,
+        )
+    return spec
+
+
+class KfpStandIn:
+    """A loopback stand-in for the KFP v2beta1 API server (see the module docstring).
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`; :attr:`host` is the URL to
+    give ``kfp.Client(host=...)``.
+    """
+
+    def __init__(self, *, token: str | None = None, multi_user: bool = False) -> None:
+        self.token = token
+        self.multi_user = multi_user
+        self.requests: list[RecordedRequest] = []
+        self.pipelines: dict[str, dict[str, Any]] = {}
+        self.versions: dict[str, dict[str, Any]] = {}
+        self.version_specs: dict[str, bytes] = {}
+        self.experiments: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> KfpStandIn:
+        """Listen on a free port of 127.0.0.1 in a background thread."""
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                return
+
+            def _handle(self) -> None:
+                standin._dispatch(self)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> KfpStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        assert self._server is not None, "not started"
+        return self._server.server_address[1]
+
+    @property
+    def host(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def requests_to(self, method: str, path: str) -> list[RecordedRequest]:
+        """The recorded requests with this method and path (path without the query)."""
+        return [r for r in self.requests if r.method == method and r.path == path]
+
+    # -- HTTP --------------------------------------------------------------------------------
+    def _dispatch(self, handler: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(handler.path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        headers = {k: v for k, v in handler.headers.items() if k.lower() != "authorization"}
+        req = RecordedRequest(
+            method=handler.command,
+            path=url.path,
+            query=parse_qs(url.query, keep_blank_values=True),
+            headers=headers,
+            body=body,
+        )
+        if self.token is not None:
+            req.authorized = handler.headers.get("Authorization") == f"Bearer {self.token}"
+        with self._lock:
+            self.requests.append(req)
+            try:
+                if self.token is not None and not req.authorized:
+                    raise _HttpError(401, "Unauthenticated: missing or invalid bearer token")
+                status, payload = self._route(req, handler.headers.get("Content-Type", ""))
+            except _HttpError as err:
+                status = err.status
+                if err.upload:
+                    payload = {"error_message": err.message, "error_details": err.message}
+                else:
+                    payload = {
+                        "error": err.message,
+                        "code": _GRPC_CODE.get(err.status, 2),
+                        "message": err.message,
+                        "details": [],
+                    }
+        data = json.dumps(payload).encode("utf-8")
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _route(self, req: RecordedRequest, content_type: str) -> tuple[int, Any]:
+        m, p = req.method, req.path
+        if m == "GET" and p == f"{API}/healthz":
+            return 200, {"multi_user": self.multi_user, "pipeline_store": "database"}
+        if m == "POST" and p == f"{API}/pipelines/upload":
+            req.files = parse_multipart(content_type, req.body)
+            return 200, self._upload_pipeline(req)
+        if m == "POST" and p == f"{API}/pipelines/upload_version":
+            req.files = parse_multipart(content_type, req.body)
+            return 200, self._upload_version(req)
+        if m == "GET" and p == f"{API}/pipelines":
+            return 200, self._list_pipelines(req)
+        if m == "GET" and (match := re.fullmatch(rf"{API}/pipelines/([^/]+)/versions", p)):
+            return 200, self._list_versions(match.group(1))
+        if m == "POST" and p == f"{API}/experiments":
+            return 200, self._create_experiment(req.json())
+        if m == "GET" and p == f"{API}/experiments":
+            return 200, self._list_experiments(req)
+        if m == "POST" and p == f"{API}/runs":
+            return 200, self._create_run(req.json())
+        if m == "GET" and (match := re.fullmatch(rf"{API}/runs/([^/]+)", p)):
+            run = self.runs.get(match.group(1))
+            if run is None:
+                raise _HttpError(404, f"Run {match.group(1)} not found")
+            return 200, run
+        raise _HttpError(404, f"stand-in: {m} {p} is not implemented")
+
+    # -- resources ---------------------------------------------------------------------------
+    def _upload_file(self, req: RecordedRequest, what: str) -> tuple[str, bytes]:
+        if "uploadfile" not in req.files:
+            raise _HttpError(400, f"Failed to {what}: no uploadfile part", upload=True)
+        return req.files["uploadfile"]
+
+    def _new_version(
+        self, pipeline_id: str, name: str, description: str, data: bytes
+    ) -> dict[str, Any]:
+        spec = _pipeline_spec(data)
+        version = {
+            "pipeline_id": pipeline_id,
+            "pipeline_version_id": str(uuid.uuid4()),
+            "name": name,
+            "display_name": name,
+            "description": description,
+            "created_at": _now(),
+            "pipeline_spec": spec,
+        }
+        self.versions[version["pipeline_version_id"]] = version
+        self.version_specs[version["pipeline_version_id"]] = data
+        return version
+
+    def _upload_pipeline(self, req: RecordedRequest) -> dict[str, Any]:
+        filename, data = self._upload_file(req, "read pipeline from file")
+        _pipeline_spec(data)
+        name = req.param("display_name") or req.param("name") or filename
+        namespace = req.param("namespace") or ""
+        if self.multi_user and not namespace:
+            raise _HttpError(400, "Invalid input error: namespace is required", upload=True)
+        if not self.multi_user:
+            namespace = ""
+        if any(
+            p["display_name"] == name and p["namespace"] == namespace
+            for p in self.pipelines.values()
+        ):
+            raise _HttpError(409, "Failed to create a pipeline and a pipeline version", upload=True)
+        pipeline = {
+            "pipeline_id": str(uuid.uuid4()),
+            "name": name,
+            "display_name": name,
+            "description": req.param("description") or "",
+            "created_at": _now(),
+            "namespace": namespace,
+        }
+        self.pipelines[pipeline["pipeline_id"]] = pipeline
+        self._new_version(pipeline["pipeline_id"], name, pipeline["description"], data)
+        return pipeline
+
+    def _upload_version(self, req: RecordedRequest) -> dict[str, Any]:
+        filename, data = self._upload_file(req, "create a pipeline version")
+        pipeline_id = req.param("pipelineid") or ""
+        if pipeline_id not in self.pipelines:
+            raise _HttpError(400, "Failed to create a pipeline version", upload=True)
+        name = req.param("display_name") or req.param("name") or filename
+        if any(
+            v["pipeline_id"] == pipeline_id and v["name"] == name for v in self.versions.values()
+        ):
+            raise _HttpError(409, "Failed to create a pipeline version", upload=True)
+        return self._new_version(pipeline_id, name, req.param("description") or "", data)
+
+    def _list_pipelines(self, req: RecordedRequest) -> dict[str, Any]:
+        wanted = _filter_equals(req.param("filter"))
+        namespace = req.param("namespace") or ""
+        found = [
+            p
+            for p in self.pipelines.values()
+            if all(p.get(k) == v for k, v in wanted.items())
+            and (not self.multi_user or p["namespace"] == namespace)
+        ]
+        return {"pipelines": found, "total_size": len(found)} if found else {}
+
+    def _list_versions(self, pipeline_id: str) -> dict[str, Any]:
+        if pipeline_id not in self.pipelines:
+            raise _HttpError(404, f"Pipeline {pipeline_id} not found")
+        found = [v for v in self.versions.values() if v["pipeline_id"] == pipeline_id]
+        found.reverse()  # newest first
+        return {"pipeline_versions": found, "total_size": len(found)} if found else {}
+
+    def _create_experiment(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body.get("display_name") or ""
+        if not name:
+            raise _HttpError(400, "Invalid input error: experiment display_name is empty")
+        namespace = (body.get("namespace") or "") if self.multi_user else ""
+        if any(
+            e["display_name"] == name and e["namespace"] == namespace
+            for e in self.experiments.values()
+        ):
+            raise _HttpError(409, f"Already exist error: experiment {name!r} exists")
+        experiment = {
+            "experiment_id": str(uuid.uuid4()),
+            "display_name": name,
+            "description": body.get("description") or "",
+            "created_at": _now(),
+            "namespace": namespace,
+            "storage_state": "AVAILABLE",
+        }
+        self.experiments[experiment["experiment_id"]] = experiment
+        return experiment
+
+    def _list_experiments(self, req: RecordedRequest) -> dict[str, Any]:
+        wanted = _filter_equals(req.param("filter"))
+        namespace = req.param("namespace") or ""
+        found = [
+            e
+            for e in self.experiments.values()
+            if all(e.get(k) == v for k, v in wanted.items())
+            and (not self.multi_user or e["namespace"] == namespace)
+        ]
+        return {"experiments": found, "total_size": len(found)} if found else {}
+
+    def _create_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        experiment_id = body.get("experiment_id")
+        if experiment_id and experiment_id not in self.experiments:
+            raise _HttpError(404, f"Experiment {experiment_id} not found")
+        ref = body.get("pipeline_version_reference") or {}
+        version = self.versions.get(ref.get("pipeline_version_id", ""))
+        if ref and (version is None or version["pipeline_id"] != ref.get("pipeline_id")):
+            raise _HttpError(404, f"Pipeline version {ref.get('pipeline_version_id')} not found")
+        spec = version["pipeline_spec"] if version else body.get("pipeline_spec")
+        if not spec:
+            raise _HttpError(400, "Invalid input error: a run needs a pipeline version or spec")
+        inputs = (
+            spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+            if isinstance(spec, dict)
+            else {}
+        )
+        params = (body.get("runtime_config") or {}).get("parameters") or {}
+        for name in params:
+            if name not in inputs:
+                raise _HttpError(
+                    400,
+                    "Failed to create a new run: Invalid input error: "
+                    f"Unrecognized input parameter: {name}",
+                )
+        run = {
+            **body,
+            "run_id": str(uuid.uuid4()),
+            "experiment_id": experiment_id or "",
+            "storage_state": "AVAILABLE",
+            "state": "PENDING",
+            "created_at": _now(),
+            "scheduled_at": _now(),
+        }
+        if version is not None:
+            run["pipeline_version_id"] = version["pipeline_version_id"]
+        self.runs[run["run_id"]] = run
+        return run

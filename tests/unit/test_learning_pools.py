@@ -1,0 +1,30 @@
+"""The random simulated pools the learning test and bench/bench_learning_pools.py train on."""
+
+from __future__ import annotations
+
+from bench.learning import random_pool, with_random_pool
+from conductor_core.train.reward import best_workers
+from conductor_core.workers.config import load_pool
+
+
+def test_random_pools_are_seeded_and_put_the_best_workers_at_random_ids(tmp_path):
+    pools = [load_pool(random_pool(seed, tmp_path / f"p{seed}.yaml")) for seed in range(8)]
+    again = load_pool(random_pool(3, tmp_path / "again.yaml"))
+    assert again.model_dump() == pools[3].model_dump()
+    layouts = {tuple(sorted(best_workers(p).items())) for p in pools}
+    assert len(layouts) > 4  # the best workers move between pools
+    for pool in pools:
+        best = best_workers(pool)
+        assert set(best) == {"math", "mcq", "freeform"}
+        for domain, worker in best.items():
+            skills = [w.simulation.skills[domain] for w in pool.workers]
+            assert 0.8 <= skills[worker] <= 0.95
+            assert all(0.15 <= s <= 0.45 for i, s in enumerate(skills) if i != worker)
+        assert all(w.simulation.hedge_when_wrong == 0.8 for w in pool.workers)
+
+
+def test_with_random_pool_points_the_data_at_the_written_pool(tmp_path):
+    assert with_random_pool({"steps": 3}, None, tmp_path / "pool.yaml") == {"steps": 3}
+    extra = with_random_pool({"data": {"split": None}}, 1, tmp_path / "pool.yaml")
+    assert extra == {"data": {"split": None, "pool": str(tmp_path / "pool.yaml")}}
+    assert (tmp_path / "pool.yaml").is_file()

@@ -1,0 +1,187 @@
+"""The pipelines' steps as library calls (conductor_core.pipeline), without KFP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conductor_core.errors import ConductorError, ConfigError
+
+
+def test_run_folder_is_under_the_root_and_safe(tmp_path, monkeypatch):
+    from conductor_core.pipeline.context import artifact_root, run_folder
+
+    monkeypatch.setenv("CONDUCTOR_ARTIFACT_ROOT", str(tmp_path / "art"))
+    assert artifact_root() == str(tmp_path / "art")
+    assert run_folder("", "abc/../x y", "base") == str(tmp_path / "art" / "abc-..-x-y" / "base")
+    assert run_folder("s3://b/p", "r1", "base") == "s3://b/p/r1/base"
+    with pytest.raises(ConfigError, match="run_id"):
+        run_folder("", "", "base")
+
+
+def test_shard_specs():
+    from conductor_core.pipeline.eval_steps import shard_specs
+
+    assert shard_specs(3) == ["0/3", "1/3", "2/3"]
+    with pytest.raises(ConfigError, match="eval_shards"):
+        shard_specs(0)
+
+
+def test_parameter_check_names_every_bad_parameter():
+    from conductor_core.pipeline.params import check_training_params
+
+    good = {
+        "profile": "tiny",
+        "launcher": "pod",
+        "metric": "accuracy",
+        "baselines": "single,moa",
+    }
+    assert check_training_params(**good)["profile"] == "tiny"
+    with pytest.raises(ConfigError) as err:
+        check_training_params(
+            profile="tinny",
+            launcher="slurm",
+            metric="accuracy",
+            baselines="single,bogus",
+            eval_shards=0,
+            steps={"base": -1},
+            curation_config="no-such-config",
+        )
+    message = str(err.value)
+    for name in (
+        "profile: 'tinny'",
+        "launcher: 'slurm'",
+        "baselines:",
+        "eval_shards",
+        "base_steps",
+        "curation_config",
+    ):
+        assert name in message
+    with pytest.raises(ConfigError, match="pool:"):
+        check_training_params(**good, pool="/no/such/pool.yaml")
+
+
+def test_manifest_round_trip_and_clear_errors(tmp_path):
+    from conductor_core.pipeline.manifest import ModelManifest, read_manifest
+
+    m = ModelManifest(weights_uri="s3://b/run/base/model", stage="base", prompt_style="compact")
+    path = m.write(tmp_path / "m" / "manifest.json")
+    assert read_manifest(path) == m
+    assert read_manifest(path.parent) == m  # a folder holding manifest.json
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_manifest(tmp_path / "nothing.json")
+    (tmp_path / "bad.json").write_text('{"weights": 1}')
+    with pytest.raises(ConfigError, match="not a model manifest"):
+        read_manifest(tmp_path / "bad.json")
+
+
+@pytest.fixture(scope="module")
+def curated(tmp_path_factory):
+    from conductor_core.pipeline.data_steps import curate_step
+
+    out = tmp_path_factory.mktemp("curated") / "dataset"
+    stats = curate_step("pipeline", out, log=lambda _: None)
+    return out, stats
+
+
+def test_pipeline_curation_keeps_the_held_out_split_out(curated):
+    from conductor_core.tasks.problem import read_problems
+
+    out, stats = curated
+    train = read_problems(out / "train.parquet") + read_problems(out / "validation.parquet")
+    assert stats["final"]["total"] == len(train) == 480
+    assert {p.metadata["split"] for p in train} == {"train", "validation"}
+    assert all(not p.id.startswith("train-") or p.metadata.get("split") != "test" for p in train)
+    assert set(stats["final"]["by_domain"]) == {"math", "mcq", "freeform"}
+
+
+def test_validate_step_passes_and_fails_with_a_report(curated, tmp_path):
+    import shutil
+
+    from conductor_core.pipeline.data_steps import validate_step
+    from conductor_core.tasks.problem import read_problems, write_parquet
+
+    out, _ = curated
+    checked = validate_step(out, tmp_path / "r.html", tmp_path / "r.md", log=lambda _: None)
+    assert checked["passed"] and checked["problems"] == 480
+    assert "<html" in (tmp_path / "r.html").read_text().lower()
+
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    problems = read_problems(broken / "train.parquet")
+    problems[0] = problems[0].model_copy(update={"reference": ""})
+    write_parquet(problems, broken / "train.parquet")
+    with pytest.raises(ConductorError, match="failed 1 expectation"):
+        validate_step(broken, tmp_path / "b.html", tmp_path / "b.md", log=lambda _: None)
+    assert (tmp_path / "b.md").is_file()  # the report is written either way
+
+
+def test_validate_step_rejects_a_folder_that_is_not_a_dataset(tmp_path):
+    from conductor_core.pipeline.data_steps import validate_step
+
+    with pytest.raises(ConfigError, match="not a curated dataset"):
+        validate_step(tmp_path, tmp_path / "r.html", tmp_path / "r.md")
+
+
+def test_comparison_picks_the_best_single_worker_and_moa():
+    from conductor_core.evaluate.aggregate import OVERALL, Stats, Summary
+    from conductor_core.pipeline.eval_steps import comparison, comparison_markdown
+
+    def row(method, acc, calls):
+        return Stats(method=method, benchmark=OVERALL, accuracy=acc, calls_per_question=calls)
+
+    summary = Summary(
+        methods=["conductor", "single:a", "single:b", "moa:1"],
+        benchmarks=["x"],
+        rows=[
+            row("conductor", 0.8, 1.5),
+            row("single:a", 0.5, 1),
+            row("single:b", 0.6, 1),
+            row("moa:1", 0.7, 5),
+        ],
+    )
+    table = comparison(summary)
+    assert [r["method"] for r in table["rows"]] == ["conductor", "single:b", "moa:1"]
+    assert table["rows"][1]["label"] == "best single worker (b)"
+    assert table["conductor_ahead"] is True
+    assert "| trained Conductor | 80.0%" in comparison_markdown(table)
+    summary.rows[0].accuracy = 0.6  # a tie is not ahead
+    assert comparison(summary)["conductor_ahead"] is False
+
+
+def test_eval_shard_and_aggregate_on_the_held_out_split(tmp_path):
+    from conductor_core.pipeline.eval_steps import aggregate_step, eval_shard_step
+
+    shards = []
+    for spec in ("0/2", "1/2"):
+        out = tmp_path / spec.replace("/", "of")
+        result = eval_shard_step(
+            shard=spec,
+            out_dir=out,
+            benchmark="held-out",
+            split="test",
+            conductor="scripted",
+            baselines="single:0",
+            limit=20,
+            log=lambda _: None,
+        )
+        assert result["methods"] == ["conductor", "single:sim-math"]
+        shards.append(out)
+    agg = aggregate_step(shards, tmp_path / "agg", log=lambda _: None)
+    table = json.loads((tmp_path / "agg" / "comparison.json").read_text())
+    assert table == agg["comparison"]
+    assert [r["label"] for r in table["rows"]] == [
+        "trained Conductor",
+        "best single worker (sim-math)",
+    ]
+    # every problem was evaluated once per method across the two shards
+    lines = [
+        line
+        for s in shards
+        for f in s.glob("records-*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert len(lines) == 2 * 20
+    with pytest.raises(ConductorError, match="no records"):
+        aggregate_step([tmp_path / "empty"], tmp_path / "agg2", log=lambda _: None)

@@ -1,0 +1,87 @@
+"""The compiled pipelines: current, described, and carrying the GPU and Kubernetes settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.registry import COMPILED_DIR, NAMES, compile_pipeline
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compiled_yaml_is_current(name, tmp_path):
+    fresh = compile_pipeline(name, tmp_path / f"{name}.yaml")
+    committed = COMPILED_DIR / f"{name}.yaml"
+    assert committed.is_file(), f"run `conductor pipeline compile` ({committed} is missing)"
+    assert fresh.read_text() == committed.read_text(), (
+        f"{committed} is stale: run `conductor pipeline compile` and commit the result"
+    )
+
+
+def _docs(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((COMPILED_DIR / f"{name}.yaml").read_text()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_has_a_default_and_a_description(name):
+    spec = _docs(name)[0]
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params
+    for key, p in params.items():
+        assert "defaultValue" in p, f"{name}.{key} has no default"
+        assert len(p.get("description", "")) > 15, f"{name}.{key} has no description"
+
+
+def test_training_tasks_get_gpu_pods_and_the_rest_cpu_pods():
+    spec, platform = _docs("training")
+    executors = spec["deploymentSpec"]["executors"]
+    train = executors["exec-train"]["container"]
+    assert train["image"].endswith("conductor-train:" + train["image"].rsplit(":", 1)[1])
+    assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert int(train["resources"]["accelerator"]["resourceCount"]) >= 1
+    assert "conductor-base" in executors["exec-eval-shard"]["container"]["image"]
+    assert "accelerator" not in executors["exec-eval-shard"]["container"].get("resources", {})
+
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    pod = k8s["exec-train"]
+    shm = [m for m in pod["emptyDirMounts"] if m["mountPath"] == "/dev/shm"]
+    assert shm and shm[0]["medium"] == "Memory"
+    assert any(t.get("key") == "nvidia.com/gpu" for t in pod["tolerations"])
+    secrets = {s["secretName"]: s for s in pod["secretAsEnv"]}
+    assert {"conductor-api-keys", "conductor-s3"} <= set(secrets)
+    envs = {e["envVar"] for s in secrets.values() for e in s["keyToEnv"]}
+    assert {"OPENAI_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= envs
+    # evaluation pods read the API keys too, but need no GPU settings
+    assert "tolerations" not in k8s["exec-eval-shard"]
+
+
+def test_side_effect_steps_are_never_cached():
+    spec = _docs("training")[0]
+    tasks = spec["root"]["dag"]["tasks"]
+    for name in ("train", "train-2", "train-3", "register"):
+        assert tasks[name]["cachingOptions"] == {}, name  # {} = enableCache false
+    assert tasks["curate"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_cluster_settings_change_the_compiled_pods(tmp_path):
+    from conductor_core.cluster.settings import load_cluster_settings
+
+    user = tmp_path / "cluster.yaml"
+    user.write_text(
+        "gpu:\n  accelerator_count: 2\n  accelerator_type: nvidia-h100-80gb\n"
+        "  node_selector: {pool: gpu-a}\n"
+    )
+    path = compile_pipeline(
+        "training", tmp_path / "t.yaml", settings=load_cluster_settings(user), eval_parallelism=7
+    )
+    spec, platform = yaml.safe_load_all(Path(path).read_text())
+    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert int(train["resources"]["accelerator"]["resourceCount"]) == 2
+    labels = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"][
+        "nodeSelector"
+    ]["labels"]
+    assert labels == {"pool": "gpu-a", "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    loop = next(t for t in spec["root"]["dag"]["tasks"].values() if "parameterIterator" in t)
+    assert loop["iteratorPolicy"]["parallelismLimit"] == 7
