@@ -12,12 +12,20 @@ from pipelines.kubernetes import apply_pod_settings
 
 
 def sharded_evaluation(
-    count: Any, parallelism: int, pod: Any, aggregate_args: dict[str, Any], **shard_args: Any
+    count: Any,
+    parallelism: int,
+    pod: Any,
+    aggregate_args: dict[str, Any],
+    after: Any = None,
+    **shard_args: Any,
 ) -> Any:
     """Wire ``count`` evaluation shards (``shard_args`` go to each ``eval_shard``; at most
     ``parallelism`` run at once) and their aggregate (``aggregate_args``), every task on CPU pods
-    (``pod``). Returns the aggregate task."""
+    (``pod``), planning only once task ``after`` (if any: the parameter check) succeeded.
+    Returns the aggregate task."""
     planned = plan_shards(count=count).set_display_name("plan evaluation shards")
+    if after is not None:
+        planned.after(after)
     apply_pod_settings(planned, pod)
     with dsl.ParallelFor(planned.output, parallelism=parallelism) as shard:
         evaluated = eval_shard(shard=shard, **shard_args).set_display_name("evaluate shard")

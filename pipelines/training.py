@@ -127,6 +127,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 "params": {"profile": profile, "pool": pool, "benchmark": eval_benchmark},
                 **tracked,
             },
+            after=checked,
             benchmark=eval_benchmark,
             split=eval_split,
             model=model.outputs["model"],

@@ -65,6 +65,12 @@ def test_side_effect_steps_are_never_cached():
     assert tasks["curate"]["cachingOptions"] == {"enableCache": True}
 
 
+def test_no_task_starts_before_the_parameter_check():
+    tasks = _docs("training")[0]["root"]["dag"]["tasks"]
+    roots = [n for n, t in tasks.items() if not t.get("dependentTasks")]
+    assert roots == ["check-params"]
+
+
 def test_cluster_settings_change_the_compiled_pods(tmp_path):
     from conductor_core.cluster.settings import load_cluster_settings
 
