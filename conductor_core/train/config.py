@@ -255,6 +255,22 @@ class GenerationSpec(_Strict):
         description="Most tokens per sampled plan (reasoning and the three lists); a plan cut off "
         "here usually fails to parse and scores 0. The paper uses 1024, the tiny profile 64.",
     )
+    routing_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Exploration floor on the routing choice, in [0, 1): at each worker id of a "
+        "sampled plan, mix this share of a uniform choice over the offered workers into the "
+        "policy's, so that no worker drops out of sampling before a small policy tells question "
+        "types apart (train/exploration.py). 0 (the paper) samples the policy as it is. "
+        "`backend: transformers` only.",
+    )
+
+    @model_validator(mode="after")
+    def _floor_needs_transformers(self) -> GenerationSpec:
+        if self.routing_floor and self.backend != "transformers":
+            raise ValueError("generation.routing_floor works with backend: transformers only")
+        return self
 
 
 class LoraSpec(_Strict):

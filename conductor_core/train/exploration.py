@@ -1,0 +1,124 @@
+"""An exploration floor on the routing choice, for GRPO sampling with transformers.
+
+A small policy cannot tell question types apart at first, so GRPO moves every question's routing
+towards the worker that is best on average; a specialist that is weak elsewhere then loses its
+probability for its own domain too, and once it is never sampled GRPO cannot bring it back
+(docs/training.md, "On other pools"). The floor keeps it sampled: at each worker-id slot of a plan
+(``model_id = [`` or the ``,`` after an id), the next-token distribution becomes
+``(1 - floor) * p + floor * uniform(offered ids)``, so each offered worker keeps at least
+``floor / n`` of the choice. Other tokens are sampled from the policy unchanged.
+
+The sampled plans then come from a slightly different policy than the one trained; GRPO's loss
+takes them as on-policy (ratio 1 with one update per batch), which biases it a little towards the
+forced choices that scored well, the point of the floor. It is applied by wrapping the model's
+``generate`` (the call TRL makes with its transformers backend) with one logits processor; vLLM
+sampling does not go through it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["offered_ids", "routing_floor", "routing_floor_processor"]
+
+_SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
+_COMPACT_MODELS = re.compile(r"Models:\s*(\d+(?:\s*,\s*\d+)*)")
+_FULL_MODELS = re.compile(r"\bModel (\d+)\b")
+
+
+def offered_ids(prompt: str) -> list[int]:
+    """The worker ids a Conductor prompt offers: the last ``Models: 0, 1, 3`` list (compact
+    style) or every ``Model N`` named (full style); empty when the prompt names none."""
+    compact = _COMPACT_MODELS.findall(prompt)
+    if compact:
+        return sorted({int(i) for i in re.findall(r"\d+", compact[-1])})
+    return sorted({int(i) for i in _FULL_MODELS.findall(prompt)})
+
+
+def _single_token_ids(tokenizer: Any, ids: Sequence[int]) -> list[int] | None:
+    """Token ids of the worker ids written as text, or None when one takes several tokens."""
+    out = []
+    for i in ids:
+        toks = tokenizer.encode(str(i), add_special_tokens=False)
+        if len(toks) != 1:
+            return None
+        out.append(toks[0])
+    return out
+
+
+def routing_floor_processor(
+    tokenizer: Any, prompts: Sequence[str], prompt_length: int, floor: float
+) -> Callable[[Any, Any], Any]:
+    """A logits processor for one ``generate`` call over ``prompts`` (each row's prompt, the
+    batch left-padded to ``prompt_length`` tokens) that applies the routing floor ``floor``."""
+    import torch
+
+    allowed = [_single_token_ids(tokenizer, offered_ids(p)) for p in prompts]
+    token_text: dict[int, str] = {}
+
+    def text_of(tok: int) -> str:
+        if tok not in token_text:
+            token_text[tok] = tokenizer.decode([tok])
+        return token_text[tok]
+
+    def process(input_ids: Any, scores: Any) -> Any:
+        rows = []
+        per_prompt = max(1, input_ids.shape[0] // max(1, len(allowed)))  # num_return_sequences
+        for row in range(input_ids.shape[0]):
+            ids = allowed[row // per_prompt] if row // per_prompt < len(allowed) else None
+            if not ids or input_ids.shape[1] <= prompt_length:
+                continue
+            last = text_of(int(input_ids[row, -1])).rstrip()
+            if last and not last.endswith(("[", ",")):  # a slot follows only these (or spaces)
+                continue
+            completion = tokenizer.decode(input_ids[row, prompt_length:].tolist())
+            if _SLOT.search(completion):
+                rows.append((row, ids))
+        if not rows:
+            return scores
+        out = scores.clone()
+        for row, ids in rows:
+            probs = torch.softmax(scores[row].float(), dim=-1) * (1.0 - floor)
+            probs[ids] += floor / len(ids)
+            out[row] = torch.log(probs).to(scores.dtype)
+        return out
+
+    return process
+
+
+@contextmanager
+def routing_floor(model: Any, tokenizer: Any, floor: float) -> Iterator[Any]:
+    """Within the block, ``model.generate`` samples plans with the routing floor ``floor`` (in
+    [0, 1); 0 leaves it alone). Each call reads its prompts back from the ``input_ids`` it is
+    given, so the floor spreads over the ids each prompt offers."""
+    if not 0.0 <= floor < 1.0:
+        raise ValueError(f"routing floor must lie in [0, 1), got {floor}")
+    if floor == 0.0:
+        yield model
+        return
+    from transformers import LogitsProcessorList
+
+    generate = model.generate
+
+    def generate_with_floor(*args: Any, **kwargs: Any) -> Any:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        if input_ids is None:
+            return generate(*args, **kwargs)
+        mask = kwargs.get("attention_mask")
+        prompts = [
+            tokenizer.decode(row[m.bool()].tolist() if mask is not None else row.tolist())
+            for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
+        ]
+        floor_processor = routing_floor_processor(tokenizer, prompts, input_ids.shape[1], floor)
+        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+        processors.append(floor_processor)
+        return generate(*args, logits_processor=processors, **kwargs)
+
+    model.generate = generate_with_floor  # an instance attribute: the class's stays as it was
+    try:
+        yield model
+    finally:
+        del model.generate

@@ -1,0 +1,99 @@
+"""The routing floor (train/exploration.py): where it applies, how much it moves, and that it
+leaves ``generate`` as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conductor_core.train.exploration import offered_ids, routing_floor, routing_floor_processor
+from conductor_core.workflow.prompts import compact_prompt, conductor_prompt
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple:
+    from conductor_core.policy import tiny
+
+    path = tiny.build_tiny_conductor(Path(tmp_path_factory.mktemp("tiny")) / "m")
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    return tok, model
+
+
+def test_offered_ids_in_both_prompt_styles() -> None:
+    assert offered_ids(compact_prompt("What is 2+2?", [1, 3], max_steps=3)) == [1, 3]
+    assert offered_ids(conductor_prompt("What is 2+2?", 3)) == [0, 1, 2]
+    assert offered_ids("no models here") == []
+
+
+def _apply(tok, prompt: str, completion: str, floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The floor's output for one row (``prompt`` + ``completion``) on logits favouring ``]``."""
+    p_ids = tok.encode(prompt, add_special_tokens=False)
+    input_ids = torch.tensor([p_ids + tok.encode(completion, add_special_tokens=False)])
+    scores = torch.full((1, len(tok)), -30.0)
+    scores[0, tok.encode("]", add_special_tokens=False)[0]] = 30.0
+    return routing_floor_processor(tok, [prompt], len(p_ids), floor)(input_ids, scores), scores
+
+
+def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
+    tok, _ = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 2, 3], max_steps=3)
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    for slot in ("model_id = [", "model_id = [2, "):
+        out, _ = _apply(tok, prompt, slot, 0.3)
+        probs = torch.softmax(out, dim=-1)[0]
+        for i in (0, 2, 3):
+            assert probs[digit[i]] == pytest.approx(0.1, abs=1e-3)  # 0.3 over 3 offered ids
+        assert probs[digit[1]] < 1e-6  # not offered
+        assert probs[tok.encode("]", add_special_tokens=False)[0]] == pytest.approx(0.7, abs=1e-3)
+    for elsewhere in ('model_id = [2]\nsubtasks = ["', "access_list = [[], ["):
+        out, scores = _apply(tok, prompt, elsewhere, 0.3)
+        assert torch.equal(out, scores)  # not a worker slot: the policy as it is
+
+
+def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
+    tok, model = tiny
+    prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
+    ids = tok([prompt] * 64, return_tensors="pt", add_special_tokens=False)
+    opening = tok.encode("model_id = [", add_special_tokens=False)
+    everything = list(range(len(tok)))
+    n_prompt = ids["input_ids"].shape[1]
+
+    def open_the_list(_: int, sofar: torch.Tensor) -> list[int]:
+        done = len(sofar) - n_prompt
+        return [opening[done]] if done < len(opening) else everything
+
+    class_generate = type(model).generate
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    with routing_floor(model, tok, 0.9):
+        out = model.generate(
+            **ids,
+            max_new_tokens=len(opening) + 1,
+            do_sample=True,
+            pad_token_id=0,
+            prefix_allowed_tokens_fn=open_the_list,
+        )
+    chosen = out[:, -1].tolist()
+    share = sum(t in (digit[1], digit[3]) for t in chosen) / len(chosen)
+    assert share >= 0.8  # at least 0.9 of the mass sits on the two offered ids
+    assert {digit[1], digit[3]} <= set(chosen)
+    assert "generate" not in vars(model)
+    assert type(model).generate is class_generate
+
+
+def test_floor_outside_its_range_is_refused(tiny) -> None:
+    tok, model = tiny
+    with pytest.raises(ValueError, match=r"\[0, 1\)"), routing_floor(model, tok, 1.0):
+        pass
+
+
+def test_floor_needs_the_transformers_backend() -> None:
+    from conductor_core.errors import ConfigError
+    from conductor_core.train.config import StageConfig
+
+    with pytest.raises((ConfigError, ValueError), match="routing_floor"):
+        StageConfig.model_validate({"generation": {"backend": "vllm", "routing_floor": 0.1}})
