@@ -9,6 +9,7 @@ same components that run in pods run here. Around it this module sets up the emb
 import builtins
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -128,6 +129,25 @@ def _embedded_environment(root: Path):
                 os.environ[k] = v
 
 
+@contextmanager
+def _kfp_process_state():
+    """Put back the process-wide state kfp's local runner changes around each task.
+
+    It swaps ``builtins.print`` for an indenting copy and the root logger's handlers for one
+    writing to ``sys.stdout`` (here the task watcher), restoring what it saw on entry; two tasks
+    in parallel restore each other's copy, which left print indented (later prints, even to
+    stderr, wrote spaces to stdout) and the root logger writing to the closed log file.
+    """
+    root = logging.getLogger()
+    saved = builtins.print, root.level, root.handlers[:]
+    try:
+        yield
+    finally:
+        builtins.print, level, handlers = saved
+        root.setLevel(level)
+        root.handlers[:] = handlers
+
+
 def run_local(
     name: str,
     params: dict[str, Any] | None = None,
@@ -188,13 +208,9 @@ def run_local(
         )
         watcher = _TaskWatcher(log, on_event)
         stdout = sys.stdout
-        # kfp's local runner swaps builtins.print for an indenting one around each task; two
-        # tasks in parallel restore each other's copy, leaving print indented for good (every
-        # later print, even to stderr, then writes spaces to stdout). Put the real one back.
-        real_print = builtins.print
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]
         try:
-            with warnings.catch_warnings():
+            with _kfp_process_state(), warnings.catch_warnings():
                 # Expected locally, once per task: resources and pod settings apply on a cluster
                 # only, and the components name their cluster image while running in this Python.
                 warnings.filterwarnings("ignore", message=".*no effect in the current local runner")
@@ -204,7 +220,6 @@ def run_local(
             error = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
         finally:
             sys.stdout = stdout
-            builtins.print = real_print
     if error is not None:
         error = _failure(error, log_path)
     if error is None:

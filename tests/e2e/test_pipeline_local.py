@@ -134,23 +134,30 @@ def test_a_bad_parameter_stops_the_run_with_one_clear_line(tmp_path):
     assert "check-params" in started and not started & {"curate", "train"}  # nothing ran on
 
 
-def test_print_is_the_real_one_after_a_run(tmp_path, monkeypatch):
-    """kfp's local runner swaps ``builtins.print`` per task and parallel tasks can leave it
-    swapped; the run puts the real one back, even when the pipeline fails."""
+def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
+    """kfp's local runner swaps ``builtins.print`` and the root logger's handlers per task, and
+    parallel tasks can leave them swapped; the run puts them back, even when it fails."""
     import builtins
+    import logging
 
     import pipelines.registry
     from conductor_core.errors import ConductorError
     from pipelines.local import run_local
 
     real = builtins.print
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
 
     def leaky_pipeline(**_: object) -> None:
         inner = builtins.print
         builtins.print = lambda *a, **k: inner("    ", end="") or inner(*a, **k)
+        root.handlers[:] = [logging.StreamHandler()]
+        root.setLevel(logging.INFO if level != logging.INFO else logging.DEBUG)
         raise RuntimeError("task failed")
 
     monkeypatch.setattr(pipelines.registry, "build", lambda *a, **k: leaky_pipeline)
     with pytest.raises(ConductorError):
         run_local("training", root=tmp_path, echo=lambda _: None)
     assert builtins.print is real
+    assert root.handlers == handlers
+    assert root.level == level
