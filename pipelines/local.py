@@ -46,8 +46,9 @@ class LocalRun:
     """What a local pipeline run produced."""
 
     pipeline: str
-    run_dir: Path
-    """The run's folder under the KFP pipeline root (every task's outputs)."""
+    run_dir: Path | None
+    """The run's folder under the KFP pipeline root (every task's outputs); None when the run
+    failed before any task wrote an output."""
     log_path: Path
     seconds: float
     tasks: list[TaskTiming] = field(default_factory=list)
@@ -56,6 +57,8 @@ class LocalRun:
 
     def output(self, task: str, name: str) -> Path | None:
         """The output ``name`` of ``task`` (the first match under the run folder), if any."""
+        if self.run_dir is None:
+            return None
         found = sorted(self.run_dir.glob(f"**/{task}*/{name}"))
         return found[0] if found else None
 
@@ -232,11 +235,11 @@ def run_local(
                 twins = [o.seconds for o in tasks.values() if o.name.split(" #")[0] == base]
                 t.status, t.seconds = "SUCCESS", max(twins)
     new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
-    if not new:
+    if not new and error is None:
         raise ConductorError(f"pipeline {name}: the local runner wrote nothing; log: {log_path}")
     return LocalRun(
         pipeline=name,
-        run_dir=new[-1],
+        run_dir=new[-1] if new else None,
         log_path=log_path,
         seconds=time.perf_counter() - t0,
         tasks=list(tasks.values()),

@@ -66,7 +66,9 @@ def render_summary(run: LocalRun, *, root: Path, pool: str = "bundled") -> str:
     if run.tasks:
         rows = [[t.name, t.status.lower(), f"{t.seconds:.0f}"] for t in run.tasks]
         parts += ["", _table(["task", "status", "seconds"], rows)]
-    where = [["log", str(run.log_path)], ["task outputs", str(run.run_dir)]]
+    where = [["log", str(run.log_path)]]
+    if run.run_dir is not None:
+        where.append(["task outputs", str(run.run_dir)])
     for task, label in (("validate", "data report (HTML)"), ("aggregate", "report (HTML)")):
         report = run.output(task, "report")
         if report is not None:

@@ -123,6 +123,7 @@ def test_solve_asks_the_registered_model(run):
 
 def test_a_bad_parameter_stops_the_run_with_one_clear_line(tmp_path):
     from pipelines.local import run_local
+    from pipelines.summary import render_summary
 
     result = run_local("training", {"profile": "tinny"}, root=tmp_path, echo=lambda _: None)
     assert not result.ok
@@ -132,6 +133,8 @@ def test_a_bad_parameter_stops_the_run_with_one_clear_line(tmp_path):
     )
     started = {t.name for t in result.tasks}
     assert "check-params" in started and not started & {"curate", "train"}  # nothing ran on
+    summary = render_summary(result, root=tmp_path)
+    assert "pipeline training: FAILED" in summary and str(result.log_path) in summary
 
 
 def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
@@ -141,7 +144,6 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
     import logging
 
     import pipelines.registry
-    from conductor_core.errors import ConductorError
     from pipelines.local import run_local
 
     real = builtins.print
@@ -156,8 +158,8 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
         raise RuntimeError("task failed")
 
     monkeypatch.setattr(pipelines.registry, "build", lambda *a, **k: leaky_pipeline)
-    with pytest.raises(ConductorError):
-        run_local("training", root=tmp_path, echo=lambda _: None)
+    result = run_local("training", root=tmp_path, echo=lambda _: None)
+    assert not result.ok and result.run_dir is None
     assert builtins.print is real
     assert root.handlers == handlers
     assert root.level == level
