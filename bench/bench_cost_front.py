@@ -29,9 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: b
 
 def evaluate(folder: Path, config: Any, problems: list, pool: Any, plans: int, seed: int):
     """Held-out accuracy, cost and routing of the model in ``folder``."""
-    from bench.learning import run_model
+    from bench.learning import policy_metrics, run_model
     from conductor_core.train.grpo import load_model
-    from conductor_core.train.reward import best_workers, summarize
 
     model, tokenizer = load_model(str(folder), config, "cpu")
     records = run_model(
@@ -45,7 +44,7 @@ def evaluate(folder: Path, config: Any, problems: list, pool: Any, plans: int, s
         temperature=1.0,
     )
     n = max(1, len(records))
-    metrics = summarize(records, pool_size=len(pool.workers), best=best_workers(pool))
+    metrics = policy_metrics(records, pool)
     metrics["accuracy"] = sum(1 for r in records if r.correct) / n
     metrics["cost_per_question"] = sum(r.cost for r in records) / n
     for domain in ("math", "mcq", "freeform"):

@@ -365,9 +365,7 @@ def evaluate_policy(
     seed: int = 0,
     temperature: float = 1.0,
 ) -> dict[str, float]:
-    """Sample plans for ``problems``, run and grade them; returns the training summary's metrics
-    (:func:`~conductor_core.train.reward.summarize`) plus ``out_of_subset_rate`` (plans naming a
-    worker the prompt did not offer) and ``plans``."""
+    """Sample plans for ``problems``, run and grade them; returns :func:`policy_metrics`."""
     records = run_model(
         model,
         tokenizer,
@@ -379,6 +377,13 @@ def evaluate_policy(
         temperature=temperature,
         adaptive=adaptive,
     )
+    return policy_metrics(records, pool)
+
+
+def policy_metrics(records: Sequence[Any], pool: PoolConfig) -> dict[str, Any]:
+    """The training summary's metrics of ``records`` (:func:`~conductor_core.train.reward.
+    summarize`) plus ``out_of_subset_rate`` (plans naming a worker the prompt did not offer) and
+    ``plans``."""
     metrics = summarize(records, pool_size=len(pool.workers), best=best_workers(pool))
     metrics["out_of_subset_rate"] = sum(
         1 for r in records if r.format_error_code == "unknown_worker"
