@@ -265,11 +265,22 @@ class GenerationSpec(_Strict):
         "types apart (train/exploration.py). 0 (the paper) samples the policy as it is. "
         "`backend: transformers` only.",
     )
+    routing_coverage: int = Field(
+        default=0,
+        ge=0,
+        description="Routing coverage: the first this many plans of each question's group route "
+        "to different offered workers (in random order, at every worker slot), so every group "
+        "compares workers on the same question and the push towards the worker best on average "
+        "cancels (train/exploration.py). Up to plans_per_question; those plans are exploration, "
+        "so training-batch routing metrics show them too. 0 (the paper) samples the policy. "
+        "`backend: transformers` only.",
+    )
 
     @model_validator(mode="after")
-    def _floor_needs_transformers(self) -> GenerationSpec:
-        if self.routing_floor and self.backend != "transformers":
-            raise ValueError("generation.routing_floor works with backend: transformers only")
+    def _exploration_needs_transformers(self) -> GenerationSpec:
+        for name in ("routing_floor", "routing_coverage"):
+            if getattr(self, name) and self.backend != "transformers":
+                raise ValueError(f"generation.{name} works with backend: transformers only")
         return self
 
 

@@ -13,6 +13,14 @@ takes them as on-policy (ratio 1 with one update per batch), which biases it a l
 forced choices that scored well, the point of the floor. It is applied by wrapping the model's
 ``generate`` (the call TRL makes with its transformers backend) with one logits processor; vLLM
 sampling does not go through it.
+
+The floor alone does not separate question types when one worker is best on most of them: the
+policy sends everything to that worker, and the few floor samples of the others carry too little
+contrast to split off the rest. Routing *coverage* gives every group that contrast: the first
+``coverage`` plans of each group (the rows that share one prompt) each route to a different
+offered worker, drawn in random order, at every worker slot. Within a group GRPO's advantages sum
+to zero, so the part of the gradient that moves all questions towards the worker best on average
+cancels, and what is left ranks the workers for that question.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["offered_ids", "routing_floor", "routing_floor_processor"]
+__all__ = ["offered_ids", "routing_exploration", "routing_floor_processor"]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
 _COMPACT_MODELS = re.compile(r"Models:\s*(\d+(?:\s*,\s*\d+)*)")
@@ -50,23 +58,48 @@ def _single_token_ids(tokenizer: Any, ids: Sequence[int]) -> list[int] | None:
 
 
 def routing_floor_processor(
-    tokenizer: Any, prompts: Sequence[str], prompt_length: int, floor: float
+    tokenizer: Any,
+    prompts: Sequence[str],
+    prompt_length: int,
+    floor: float,
+    coverage: int = 0,
 ) -> Callable[[Any, Any], Any]:
     """A logits processor for one ``generate`` call over ``prompts`` (each row's prompt, the
-    batch left-padded to ``prompt_length`` tokens) that applies the routing floor ``floor``."""
+    batch left-padded to ``prompt_length`` tokens) that applies the routing floor ``floor`` and
+    routes the first ``coverage`` rows of each prompt to distinct offered workers."""
     import torch
 
     allowed = [_single_token_ids(tokenizer, offered_ids(p)) for p in prompts]
     token_text: dict[int, str] = {}
+    assigned: dict[int, int] = {}  # row -> the token of the worker id it is routed to
+    state = {"rows": -1}
 
     def text_of(tok: int) -> str:
         if tok not in token_text:
             token_text[tok] = tokenizer.decode([tok])
         return token_text[tok]
 
+    def assign(rows: int, per_prompt: int) -> None:
+        """Draw each group's worker order once per call (the torch RNG, seeded by the trainer)."""
+        state["rows"] = rows
+        if not coverage:
+            return
+        groups: dict[str, list[int]] = {}
+        for row in range(rows):
+            index = row // per_prompt
+            if index < len(prompts) and allowed[index]:
+                groups.setdefault(prompts[index], []).append(row)
+        for members in groups.values():
+            ids = allowed[members[0] // per_prompt]
+            order = torch.randperm(len(ids)).tolist()
+            for j, row in enumerate(members[:coverage]):
+                assigned[row] = ids[order[j % len(ids)]]
+
     def process(input_ids: Any, scores: Any) -> Any:
-        rows = []
         per_prompt = max(1, input_ids.shape[0] // max(1, len(allowed)))  # num_return_sequences
+        if state["rows"] != input_ids.shape[0]:
+            assign(input_ids.shape[0], per_prompt)
+        rows = []
         for row in range(input_ids.shape[0]):
             ids = allowed[row // per_prompt] if row // per_prompt < len(allowed) else None
             if not ids or input_ids.shape[1] <= prompt_length:
@@ -81,6 +114,12 @@ def routing_floor_processor(
             return scores
         out = scores.clone()
         for row, ids in rows:
+            if row in assigned:
+                out[row] = float("-inf")
+                out[row, assigned[row]] = 0.0
+                continue
+            if not floor:
+                continue
             probs = torch.softmax(scores[row].float(), dim=-1) * (1.0 - floor)
             probs[ids] += floor / len(ids)
             out[row] = torch.log(probs).to(scores.dtype)
@@ -90,20 +129,25 @@ def routing_floor_processor(
 
 
 @contextmanager
-def routing_floor(model: Any, tokenizer: Any, floor: float) -> Iterator[Any]:
+def routing_exploration(
+    model: Any, tokenizer: Any, floor: float = 0.0, coverage: int = 0
+) -> Iterator[Any]:
     """Within the block, ``model.generate`` samples plans with the routing floor ``floor`` (in
-    [0, 1); 0 leaves it alone). Each call reads its prompts back from the ``input_ids`` it is
-    given, so the floor spreads over the ids each prompt offers."""
+    [0, 1)) and routes the first ``coverage`` (>= 0) plans of each prompt to distinct offered
+    workers; both 0 leave it alone. Each call reads its prompts back from the ``input_ids`` it is
+    given, so both spread over the ids each prompt offers."""
     if not 0.0 <= floor < 1.0:
         raise ValueError(f"routing floor must lie in [0, 1), got {floor}")
-    if floor == 0.0:
+    if coverage < 0:
+        raise ValueError(f"routing coverage must be >= 0, got {coverage}")
+    if floor == 0.0 and coverage == 0:
         yield model
         return
     from transformers import LogitsProcessorList
 
     generate = model.generate
 
-    def generate_with_floor(*args: Any, **kwargs: Any) -> Any:
+    def generate_with_exploration(*args: Any, **kwargs: Any) -> Any:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         if input_ids is None:
             return generate(*args, **kwargs)
@@ -112,12 +156,14 @@ def routing_floor(model: Any, tokenizer: Any, floor: float) -> Iterator[Any]:
             tokenizer.decode(row[m.bool()].tolist() if mask is not None else row.tolist())
             for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
         ]
-        floor_processor = routing_floor_processor(tokenizer, prompts, input_ids.shape[1], floor)
+        processor = routing_floor_processor(
+            tokenizer, prompts, input_ids.shape[1], floor, coverage
+        )
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(floor_processor)
+        processors.append(processor)
         return generate(*args, logits_processor=processors, **kwargs)
 
-    model.generate = generate_with_floor  # an instance attribute: the class's stays as it was
+    model.generate = generate_with_exploration  # an instance attribute: the class's stays as it was
     try:
         yield model
     finally:

@@ -406,7 +406,7 @@ def run_stage(
     """Run one training stage end to end (resuming from the last checkpoint if there is one)."""
     from conductor_core.train import storage
     from conductor_core.train.data import build_dataset, stage_options
-    from conductor_core.train.exploration import routing_floor
+    from conductor_core.train.exploration import routing_exploration
 
     say = log or (lambda msg: None)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -456,7 +456,8 @@ def run_stage(
         args = grpo_args(config, local_ckpt, device, progress)
         callbacks = make_callbacks(config, tracker, reward, history, samples)
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
-        with routing_floor(model, tokenizer, config.generation.routing_floor):
+        gen = config.generation
+        with routing_exploration(model, tokenizer, gen.routing_floor, gen.routing_coverage):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         model_dir = out / MODEL_DIR
         final = trainer.model

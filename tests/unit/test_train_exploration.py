@@ -1,5 +1,6 @@
-"""The routing floor (train/exploration.py): where it applies, how much it moves, and that it
-leaves ``generate`` as it was."""
+"""Routing exploration (train/exploration.py): where the floor applies and how much it moves,
+that coverage routes each group's plans to distinct offered workers, and that ``generate`` is left
+as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conductor_core.train.exploration import offered_ids, routing_floor, routing_floor_processor
+from conductor_core.train.exploration import (
+    offered_ids,
+    routing_exploration,
+    routing_floor_processor,
+)
 from conductor_core.workflow.prompts import compact_prompt, conductor_prompt
 
 torch = pytest.importorskip("torch")
@@ -69,7 +74,7 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
 
     class_generate = type(model).generate
     digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
-    with routing_floor(model, tok, 0.9):
+    with routing_exploration(model, tok, 0.9):
         out = model.generate(
             **ids,
             max_new_tokens=len(opening) + 1,
@@ -87,13 +92,82 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
 
 def test_floor_outside_its_range_is_refused(tiny) -> None:
     tok, model = tiny
-    with pytest.raises(ValueError, match=r"\[0, 1\)"), routing_floor(model, tok, 1.0):
+    with pytest.raises(ValueError, match=r"\[0, 1\)"), routing_exploration(model, tok, 1.0):
         pass
 
 
-def test_floor_needs_the_transformers_backend() -> None:
+@pytest.mark.parametrize("field", [("routing_floor", 0.1), ("routing_coverage", 2)])
+def test_exploration_needs_the_transformers_backend(field: tuple[str, float]) -> None:
     from conductor_core.errors import ConfigError
     from conductor_core.train.config import StageConfig
 
-    with pytest.raises((ConfigError, ValueError), match="routing_floor"):
-        StageConfig.model_validate({"generation": {"backend": "vllm", "routing_floor": 0.1}})
+    name, value = field
+    with pytest.raises((ConfigError, ValueError), match=name):
+        StageConfig.model_validate({"generation": {"backend": "vllm", name: value}})
+
+
+def _slot_batch(tok, prompts: list[str], completion: str) -> tuple[torch.Tensor, int]:
+    """Rows of ``prompts`` (left-padded to one length) each followed by ``completion``."""
+    heads = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    width = max(len(h) for h in heads)
+    tail = tok.encode(completion, add_special_tokens=False)
+    rows = [[0] * (width - len(h)) + h + tail for h in heads]
+    return torch.tensor(rows), width
+
+
+def test_coverage_routes_each_group_to_distinct_offered_workers(tiny) -> None:
+    tok, _ = tiny
+    first = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    second = compact_prompt("Spell cat backwards.", [1, 3], max_steps=3)
+    prompts = [first] * 5 + [second] * 3
+    digit = {tok.encode(str(i), add_special_tokens=False)[0]: i for i in range(4)}
+    for slot in ("model_id = [", "model_id = [2, "):
+        input_ids, width = _slot_batch(tok, prompts, slot)
+        scores = torch.zeros((len(prompts), len(tok)))
+        out = routing_floor_processor(tok, prompts, width, 0.0, coverage=4)(input_ids, scores)
+        forced = [digit.get(int(out[r].argmax())) for r in range(len(prompts))]
+        assert all(torch.isinf(out[r]).sum() == len(tok) - 1 for r in (0, 1, 2, 3, 5, 6, 7))
+        assert sorted(forced[:4]) == [0, 1, 2, 3]  # four plans, four different workers
+        assert torch.equal(out[4], scores[4])  # the fifth plan samples the policy
+        assert sorted(forced[5:7]) == [1, 3] and forced[7] in (1, 3)  # offered ids only, cycled
+
+
+def test_coverage_keeps_one_worker_per_plan_across_slots(tiny) -> None:
+    """One processor serves a whole ``generate`` call: a plan's worker is drawn once."""
+    tok, _ = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    process = None
+    chosen = []
+    for slot in ("model_id = [", "model_id = [1, "):
+        input_ids, width = _slot_batch(tok, [prompt] * 4, slot)
+        process = process or routing_floor_processor(tok, [prompt] * 4, width, 0.0, coverage=4)
+        out = process(input_ids, torch.zeros((4, len(tok))))
+        chosen.append(out.argmax(-1).tolist())
+    assert chosen[0] == chosen[1]
+
+
+def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
+    tok, model = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    ids = tok([prompt] * 8, return_tensors="pt", add_special_tokens=False)
+    opening = tok.encode("model_id = [", add_special_tokens=False)
+    everything = list(range(len(tok)))
+    n_prompt = ids["input_ids"].shape[1]
+
+    def open_the_list(_: int, sofar: torch.Tensor) -> list[int]:
+        done = len(sofar) - n_prompt
+        return [opening[done]] if done < len(opening) else everything
+
+    digit = {tok.encode(str(i), add_special_tokens=False)[0]: i for i in range(4)}
+    with routing_exploration(model, tok, coverage=4):
+        out = model.generate(
+            **ids,
+            max_new_tokens=len(opening) + 1,
+            do_sample=True,
+            pad_token_id=0,
+            prefix_allowed_tokens_fn=open_the_list,
+        )
+    assert sorted(digit[t] for t in out[:4, -1].tolist()) == [0, 1, 2, 3]
+    assert "generate" not in vars(model)
+    with pytest.raises(ValueError, match="coverage"), routing_exploration(model, tok, coverage=-1):
+        pass
