@@ -156,9 +156,7 @@ def routing_exploration(
             tokenizer.decode(row[m.bool()].tolist() if mask is not None else row.tolist())
             for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
         ]
-        processor = routing_floor_processor(
-            tokenizer, prompts, input_ids.shape[1], floor, coverage
-        )
+        processor = routing_floor_processor(tokenizer, prompts, input_ids.shape[1], floor, coverage)
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
         return generate(*args, logits_processor=processors, **kwargs)
