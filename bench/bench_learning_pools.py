@@ -5,12 +5,14 @@ ids, skills varied; ``bench.learning.random_pool``) and print each one's held-ou
     .venv/bin/python bench/bench_learning_pools.py [--pools 5] [--seeds 1] [--out runs/pools]
 
 Target: a held-out best-worker share of at least 0.85 on every pool and training seed. About
-3 minutes per run alone on 2 CPU cores (warm-up, GRPO and three held-out evaluations).
+3 minutes per run alone on 2 CPU cores (warm-up, GRPO and three held-out evaluations); runs in
+parallel on the same cores slow each other down far more than twofold.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -63,15 +65,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         started = time.perf_counter()
-        result = learning_experiment(
-            out,
-            steps=args.steps,
-            warmup_steps=args.warmup_steps,
-            seed=seed,
-            pool_seed=pool_seed,
-            extra=parse_sets(tuple(args.sets)) or None,
-            progress=True,
-        )
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer's per-step logs: progress
+            result = learning_experiment(
+                out,
+                steps=args.steps,
+                warmup_steps=args.warmup_steps,
+                seed=seed,
+                pool_seed=pool_seed,
+                extra=parse_sets(tuple(args.sets)) or None,
+                progress=True,
+            )
         seconds = time.perf_counter() - started
         warm, trained = result["table"]["warm-up"], result["table"]["GRPO"]
         best = best_workers(load_pool(out / "pool.yaml"))

@@ -618,6 +618,13 @@ class StageConfig(_Strict):
         "group's reward standard deviation (GRPO), `batch` by the batch's, `none` keeps raw "
         "reward differences.",
     )
+    mask_truncated_completions: bool = Field(
+        default=False,
+        description="Leave plans cut off at `generation.max_completion_length` (no end token) "
+        "out of the loss (TRL's `mask_truncated_completions`, DAPO's overlong filtering), so a "
+        "plan that parses despite trailing text does not teach the policy to stop stopping. "
+        "Off in the paper; on in the tiny profile, whose 64-token plans can run into the limit.",
+    )
     max_grad_norm: float = Field(
         default=1.0, gt=0, description="Clip the gradient's global norm to this value."
     )

@@ -249,6 +249,7 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "beta": config.beta,
         "loss_type": config.loss_type,
         "scale_rewards": config.scale_rewards,
+        "mask_truncated_completions": config.mask_truncated_completions,
         "max_grad_norm": config.max_grad_norm,
         "optim": "adamw_torch",  # the paper's AdamW; transformers' default became the fused one
         "max_steps": config.steps,

@@ -248,6 +248,28 @@ def test_async_reward_loop_and_metrics_are_what_the_recursive_trainer_uses(score
     assert trainer._metrics["train"]["recursion/contract"] == [1.0]
 
 
+@pytest.mark.parametrize("mask", [True, False])
+def test_truncated_completions_are_left_out_of_the_loss_when_asked(tiny_dir, tmp_path, mask):
+    """``mask_truncated_completions`` (the tiny profile's) reaches TRL, which zeroes the loss mask
+    of every completion without an end token."""
+    from trl import GRPOTrainer
+
+    class Fixed(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            eos = self.processing_class.eos_token_id
+            ends = [i % 2 == 0 for i in range(len(prompt_ids))]
+            return [[5, 6, eos] if end else [5, 6, 7, 8] for end in ends], None
+
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP)
+    config = config.model_copy(update={"mask_truncated_completions": mask})
+    trainer = trainer_for(config, tiny_dir, cls=Fixed)
+    assert trainer.args.mask_truncated_completions is mask
+    output = trainer._generate_and_score_completions(rows())
+    kept = output["completion_mask"].sum(dim=1).tolist()
+    assert kept[0::2] == [3] * (len(SCORES) // 2)  # ended: every token in the loss
+    assert kept[1::2] == ([0] if mask else [4]) * (len(SCORES) // 2)
+
+
 # --------------------------------------------------------------------------------------------
 # The learning-rate warm-up
 
