@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seeds", type=int, default=1, help="Training seeds per pool (seed .. seed+N-1)."
     )
+    parser.add_argument(
+        "--bundled", action="store_true", help="Also train on the bundled pool, for reference."
+    )
     parser.add_argument("--out", default="runs/pools")
     parser.add_argument(
         "--set",
@@ -44,24 +47,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from bench.learning import learning_experiment
     from conductor_core.cli.train import parse_sets
+    from conductor_core.train.problems import bundled_train_pool_path
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
 
+    def bundled():
+        return load_pool(bundled_train_pool_path())
+
     rows = []
     print(
-        "| pool | seed | best workers | warm-up share | GRPO share | GRPO reward "
-        "| format errors | s |"
+        "| pool | seed | best workers | warm-up share | GRPO share | warm-up reward "
+        "| GRPO reward | format errors | s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    runs = [
-        (pool_seed, seed)
-        for pool_seed in range(args.first, args.first + args.pools)
-        for seed in range(args.seed, args.seed + args.seeds)
-    ]
+    print("|---|---|---|---|---|---|---|---|---|")
+    pools: list[int | None] = [None] if args.bundled else []
+    pools += range(args.first, args.first + args.pools)
+    runs = [(pool, seed) for pool in pools for seed in range(args.seed, args.seed + args.seeds)]
     for pool_seed, seed in runs:
-        out = Path(args.out) / f"pool-{pool_seed}" / f"seed-{seed}"
+        name = "bundled" if pool_seed is None else f"pool-{pool_seed}"
+        out = Path(args.out) / name / f"seed-{seed}"
         print(
-            f"pool {pool_seed}, seed {seed}: training in {out} (progress on stderr)",
+            f"{name}, seed {seed}: training in {out} (progress on stderr)",
             file=sys.stderr,
         )
         started = time.perf_counter()
@@ -77,21 +83,23 @@ def main(argv: list[str] | None = None) -> int:
             )
         seconds = time.perf_counter() - started
         warm, trained = result["table"]["warm-up"], result["table"]["GRPO"]
-        best = best_workers(load_pool(out / "pool.yaml"))
+        best = best_workers(load_pool(out / "pool.yaml") if pool_seed is not None else bundled())
         row = {
-            "pool": pool_seed,
+            "pool": "bundled" if pool_seed is None else pool_seed,
             "seed": seed,
             "best": best,
             "warmup_best_worker_share": warm["best_worker_share"],
             "best_worker_share": trained["best_worker_share"],
+            "warmup_reward_mean": warm["reward_mean"],
             "reward_mean": trained["reward_mean"],
             "format_error_rate": trained["format_error_rate"],
             "seconds": round(seconds),
         }
         rows.append(row)
         print(
-            f"| {pool_seed} | {seed} | {best} | {row['warmup_best_worker_share']:.3f} | "
-            f"{row['best_worker_share']:.3f} | {row['reward_mean']:.3f} | "
+            f"| {row['pool']} | {seed} | {best} | {row['warmup_best_worker_share']:.3f} | "
+            f"{row['best_worker_share']:.3f} | {row['warmup_reward_mean']:.3f} | "
+            f"{row['reward_mean']:.3f} | "
             f"{row['format_error_rate']:.3f} | {row['seconds']} |",
             flush=True,
         )

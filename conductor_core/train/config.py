@@ -204,6 +204,12 @@ class RewardSpec(_Strict):
         "(the paper): no penalty. Plans cost ~$0.0001-0.003 on the bundled simulated pool, so "
         "values of 100-2000 change which worker is worth its price there (docs/cost.md).",
     )
+    truncated_is_format_error: bool = Field(
+        default=False,
+        description="Score a plan that ran into `generation.max_completion_length` without its "
+        "end token as a format error (0, code `truncated`; not executed) even when its lists "
+        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run.",
+    )
 
 
 class GenerationSpec(_Strict):

@@ -19,7 +19,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.train.config import StageConfig
-from conductor_core.train.reward import ConductorReward, RoundState
+from conductor_core.train.reward import ConductorReward, RoundState, Truncation
 from conductor_core.train.tracking import Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
 
@@ -212,6 +212,14 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
 
 # --------------------------------------------------------------------------------------------
 # Trainer
+
+
+def truncation_rule(config: StageConfig, tokenizer: Any) -> Truncation | None:
+    """The reward's rule for cut-off plans (``reward.truncated_is_format_error``), or None."""
+    if not config.reward.truncated_is_format_error:
+        return None
+    ends = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    return Truncation(config.generation.max_completion_length, frozenset(ends))
 
 
 def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: bool):
@@ -443,6 +451,7 @@ def run_stage(
             max_concurrent=config.reward.max_concurrent_plans,
             rounds=rounds,
             cost_weight=config.reward.cost_weight,
+            truncation=truncation_rule(config, tokenizer),
         )
         local_ckpt = point.local_dir
         local_ckpt.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from conductor_core.policy.text import TextPlanSource
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import PoolConfig
+from conductor_core.workflow.trace import TraceSummary
 
 
 def completion_text(completion: Any) -> str:
@@ -182,6 +183,23 @@ def _std(values: Sequence[float]) -> float:
 PoolFactory = Callable[[], Any]
 
 
+TRUNCATED = "truncated"
+"""Format-error code of a plan cut off at the completion limit (see :class:`Truncation`)."""
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """When a sampled completion counts as cut off: ``max_tokens`` long and not ended by one of
+    ``end_ids`` (the tokenizer's end tokens)."""
+
+    max_tokens: int
+    end_ids: frozenset[int]
+
+    def cut_off(self, ids: Sequence[int]) -> bool:
+        """Whether the completion ``ids`` (as TRL passes them, end token included) was cut off."""
+        return len(ids) >= self.max_tokens and (not ids or int(ids[-1]) not in self.end_ids)
+
+
 @dataclass
 class RoundState:
     """Per-batch recursion context shared by the recursive trainer and the reward.
@@ -231,8 +249,10 @@ class ConductorReward:
         rounds: RoundState | None = None,
         pool_factory: PoolFactory | None = None,
         cost_weight: float = 0.0,
+        truncation: Truncation | None = None,
     ) -> None:
         self.problems = dict(problems)
+        self.truncation = truncation
         self.pool_config = pool_config
         self.options = options or SolveOptions()
         self.executions = executions
@@ -278,11 +298,13 @@ class ConductorReward:
         base_index: int = 0,
         previous: Sequence[PreviousRound | None] | None = None,
         rounds: RoundState | None = None,
+        truncated: Sequence[bool] | None = None,
     ) -> list[Outcome]:
         """Score plans concurrently (at most ``max_concurrent`` at once), in input order.
 
         With ``rounds``, cached outcomes are reused, excluded rows score ``None`` and rows with a
-        previous round are scored as recursion rounds.
+        previous round are scored as recursion rounds. Rows marked in ``truncated`` are format
+        errors (code ``truncated``) and are not run.
         """
         pool = self.pool()
         sem = asyncio.Semaphore(self.max_concurrent)
@@ -293,6 +315,11 @@ class ConductorReward:
             problem = self.problems.get(pid)
             if problem is None:
                 raise KeyError(f"problem_id '{pid}' is not among the training problems")
+            if truncated is not None and truncated[i]:
+                return await grade(
+                    problem,
+                    TraceSummary(format_error=True, format_error_code=TRUNCATED, raw_plan=texts[i]),
+                )
             ids = list(offered[i]) if offered[i] is not None else list(range(pool_size))
             prev = previous[i] if previous is not None else None
             if rounds is not None:
@@ -324,6 +351,7 @@ class ConductorReward:
         trainer_state: Any = None,
         log_metric: Callable[[str, float], None] | None = None,
         log_extra: Callable[[str, list], None] | None = None,
+        completion_ids: Sequence[Sequence[int]] | None = None,
         **_: Any,
     ) -> list[float | None]:
         """Score a batch of completions; returns one reward (or None) per completion."""
@@ -331,8 +359,16 @@ class ConductorReward:
         n = len(texts)
         step = int(getattr(trainer_state, "global_step", 0) or 0)
         offered_list = list(offered) if offered is not None else [None] * n
+        truncated = None
+        if self.truncation is not None and completion_ids is not None:
+            truncated = [self.truncation.cut_off(ids) for ids in completion_ids]
         outcomes = await self.score(
-            texts, list(problem_id), offered_list, base_index=step * n * 4, rounds=self.rounds
+            texts,
+            list(problem_id),
+            offered_list,
+            base_index=step * n * 4,
+            rounds=self.rounds,
+            truncated=truncated,
         )
         self.calls += 1
         self.last_outcomes = outcomes

@@ -13,7 +13,13 @@ from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.train.recursive import recursion_metrics
-from conductor_core.train.reward import ConductorReward, RoundState, summarize
+from conductor_core.train.reward import (
+    TRUNCATED,
+    ConductorReward,
+    RoundState,
+    Truncation,
+    summarize,
+)
 from conductor_core.workers.config import load_pool
 
 PROBLEMS = read_problems(bundled_train_problems_path())
@@ -304,3 +310,31 @@ def test_cost_weight_config_field():
 
     with pytest.raises(ValidationError):
         RewardSpec(cost_weight=-1)
+
+
+def test_cut_off_plans_are_format_errors_and_do_not_run():
+    """A plan at the completion limit without its end token scores 0 (code ``truncated``) even
+    though its lists parse; one that ended, or any plan without the rule, is run and graded."""
+    ids = [p.id for p in MATH[:4]]
+    end = 2
+    cut = [[5] * 8, [5] * 7 + [end], [5] * 3 + [end], [5] * 8]
+    reward = make_reward(truncation=Truncation(max_tokens=8, end_ids=frozenset({end})))
+    scores = run(reward, [plan(0)] * 4, ids, completion_ids=cut)
+    assert scores[0] == scores[3] == 0.0 and scores[1] in (0.5, 1.0) and scores[2] in (0.5, 1.0)
+    codes = [o.format_error_code for o in reward.last_outcomes]
+    assert codes == [TRUNCATED, None, None, TRUNCATED]
+    assert reward.last_outcomes[0].calls == 0  # not executed
+    assert set(run(make_reward(), [plan(0)] * 4, ids, completion_ids=cut)) <= {0.5, 1.0}
+
+
+def test_truncation_rule_follows_the_config():
+    from conductor_core.train.config import build_config
+    from conductor_core.train.grpo import truncation_rule
+
+    class Tok:
+        eos_token_id, pad_token_id = 2, None
+
+    on = build_config({"reward": {"truncated_is_format_error": True}}, stage="base", profile="tiny")
+    rule = truncation_rule(on, Tok())
+    assert rule == Truncation(on.generation.max_completion_length, frozenset({2}))
+    assert truncation_rule(build_config({}, stage="base"), Tok()) is None
