@@ -1,4 +1,4 @@
-"""An exploration floor on the routing choice, for GRPO sampling with transformers.
+"""Exploration of the routing choice (a floor and coverage), for GRPO sampling with transformers.
 
 A small policy cannot tell question types apart at first, so GRPO moves every question's routing
 towards the worker that is best on average; a specialist that is weak elsewhere then loses its
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["offered_ids", "routing_exploration", "routing_floor_processor"]
+__all__ = ["offered_ids", "routing_exploration", "routing_processor"]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
 _COMPACT_MODELS = re.compile(r"Models:\s*(\d+(?:\s*,\s*\d+)*)")
@@ -57,7 +57,7 @@ def _single_token_ids(tokenizer: Any, ids: Sequence[int]) -> list[int] | None:
     return out
 
 
-def routing_floor_processor(
+def routing_processor(
     tokenizer: Any,
     prompts: Sequence[str],
     prompt_length: int,
@@ -156,7 +156,7 @@ def routing_exploration(
             tokenizer.decode(row[m.bool()].tolist() if mask is not None else row.tolist())
             for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
         ]
-        processor = routing_floor_processor(tokenizer, prompts, input_ids.shape[1], floor, coverage)
+        processor = routing_processor(tokenizer, prompts, input_ids.shape[1], floor, coverage)
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
         return generate(*args, logits_processor=processors, **kwargs)

@@ -11,7 +11,7 @@ import pytest
 from conductor_core.train.exploration import (
     offered_ids,
     routing_exploration,
-    routing_floor_processor,
+    routing_processor,
 )
 from conductor_core.workflow.prompts import compact_prompt, conductor_prompt
 
@@ -41,7 +41,7 @@ def _apply(tok, prompt: str, completion: str, floor: float) -> tuple[torch.Tenso
     input_ids = torch.tensor([p_ids + tok.encode(completion, add_special_tokens=False)])
     scores = torch.full((1, len(tok)), -30.0)
     scores[0, tok.encode("]", add_special_tokens=False)[0]] = 30.0
-    return routing_floor_processor(tok, [prompt], len(p_ids), floor)(input_ids, scores), scores
+    return routing_processor(tok, [prompt], len(p_ids), floor)(input_ids, scores), scores
 
 
 def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
@@ -124,7 +124,7 @@ def test_coverage_routes_each_group_to_distinct_offered_workers(tiny) -> None:
     for slot in ("model_id = [", "model_id = [2, "):
         input_ids, width = _slot_batch(tok, prompts, slot)
         scores = torch.zeros((len(prompts), len(tok)))
-        out = routing_floor_processor(tok, prompts, width, 0.0, coverage=4)(input_ids, scores)
+        out = routing_processor(tok, prompts, width, 0.0, coverage=4)(input_ids, scores)
         forced = [digit.get(int(out[r].argmax())) for r in range(len(prompts))]
         assert all(torch.isinf(out[r]).sum() == len(tok) - 1 for r in (0, 1, 2, 3, 5, 6, 7))
         assert sorted(forced[:4]) == [0, 1, 2, 3]  # four plans, four different workers
@@ -140,7 +140,7 @@ def test_coverage_keeps_one_worker_per_plan_across_slots(tiny) -> None:
     chosen = []
     for slot in ("model_id = [", "model_id = [1, "):
         input_ids, width = _slot_batch(tok, [prompt] * 4, slot)
-        process = process or routing_floor_processor(tok, [prompt] * 4, width, 0.0, coverage=4)
+        process = process or routing_processor(tok, [prompt] * 4, width, 0.0, coverage=4)
         out = process(input_ids, torch.zeros((4, len(tok))))
         chosen.append(out.argmax(-1).tolist())
     assert chosen[0] == chosen[1]
