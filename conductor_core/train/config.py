@@ -629,7 +629,8 @@ class StageConfig(_Strict):
         description="Leave plans cut off at `generation.max_completion_length` (no end token) "
         "out of the loss (TRL's `mask_truncated_completions`, DAPO's overlong filtering), so a "
         "plan that parses despite trailing text does not teach the policy to stop stopping. "
-        "Off in the paper; on in the tiny profile, whose 64-token plans can run into the limit.",
+        "Off in both profiles; the tiny one uses `reward.truncated_is_format_error` instead "
+        "(docs/training.md, 'On other pools').",
     )
     max_grad_norm: float = Field(
         default=1.0, gt=0, description="Clip the gradient's global norm to this value."
