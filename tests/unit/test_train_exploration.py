@@ -60,10 +60,10 @@ def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
         assert torch.equal(out, scores)  # not a worker slot: the policy as it is
 
 
-def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
-    tok, model = tiny
-    prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
-    ids = tok([prompt] * 64, return_tensors="pt", add_special_tokens=False)
+def _first_ids(tok, model, prompt: str, rows: int, **exploration: float) -> list[int]:
+    """The token sampled right after ``model_id = [`` for ``rows`` copies of ``prompt``, under
+    :func:`routing_exploration` with ``exploration`` (floor, coverage)."""
+    ids = tok([prompt] * rows, return_tensors="pt", add_special_tokens=False)
     opening = tok.encode("model_id = [", add_special_tokens=False)
     everything = list(range(len(tok)))
     n_prompt = ids["input_ids"].shape[1]
@@ -72,9 +72,7 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
         done = len(sofar) - n_prompt
         return [opening[done]] if done < len(opening) else everything
 
-    class_generate = type(model).generate
-    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
-    with routing_exploration(model, tok, 0.9):
+    with routing_exploration(model, tok, **exploration):
         out = model.generate(
             **ids,
             max_new_tokens=len(opening) + 1,
@@ -82,7 +80,16 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
             pad_token_id=0,
             prefix_allowed_tokens_fn=open_the_list,
         )
-    chosen = out[:, -1].tolist()
+    return out[:, -1].tolist()
+
+
+def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
+    tok, model = tiny
+    class_generate = type(model).generate
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    chosen = _first_ids(
+        tok, model, compact_prompt("What is 2+2?", [1, 3], max_steps=3), 64, floor=0.9
+    )
     share = sum(t in (digit[1], digit[3]) for t in chosen) / len(chosen)
     assert share >= 0.8  # at least 0.9 of the mass sits on the two offered ids
     assert {digit[1], digit[3]} <= set(chosen)
@@ -148,26 +155,10 @@ def test_coverage_keeps_one_worker_per_plan_across_slots(tiny) -> None:
 
 def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
     tok, model = tiny
-    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
-    ids = tok([prompt] * 8, return_tensors="pt", add_special_tokens=False)
-    opening = tok.encode("model_id = [", add_special_tokens=False)
-    everything = list(range(len(tok)))
-    n_prompt = ids["input_ids"].shape[1]
-
-    def open_the_list(_: int, sofar: torch.Tensor) -> list[int]:
-        done = len(sofar) - n_prompt
-        return [opening[done]] if done < len(opening) else everything
-
     digit = {tok.encode(str(i), add_special_tokens=False)[0]: i for i in range(4)}
-    with routing_exploration(model, tok, coverage=4):
-        out = model.generate(
-            **ids,
-            max_new_tokens=len(opening) + 1,
-            do_sample=True,
-            pad_token_id=0,
-            prefix_allowed_tokens_fn=open_the_list,
-        )
-    assert sorted(digit[t] for t in out[:4, -1].tolist()) == [0, 1, 2, 3]
+    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    chosen = _first_ids(tok, model, prompt, 8, coverage=4)
+    assert sorted(digit[t] for t in chosen[:4]) == [0, 1, 2, 3]
     assert "generate" not in vars(model)
     with pytest.raises(ValueError, match="coverage"), routing_exploration(model, tok, coverage=-1):
         pass
