@@ -234,6 +234,8 @@ class ConductorReward:
         pool_factory: builds the pool (default: ``WorkerPool(pool_config)``).
         cost_weight: λ, reward points per dollar taken off each scored plan's reward
             (:func:`cost_adjusted`; ``reward.cost_weight``); 0 leaves rewards as graded.
+        truncation: when given, completions it finds cut off (from TRL's ``completion_ids``)
+            are format errors ``truncated`` and are not run (``reward.truncated_is_format_error``).
     """
 
     __name__ = "conductor"
@@ -252,7 +254,6 @@ class ConductorReward:
         truncation: Truncation | None = None,
     ) -> None:
         self.problems = dict(problems)
-        self.truncation = truncation
         self.pool_config = pool_config
         self.options = options or SolveOptions()
         self.executions = executions
@@ -260,6 +261,7 @@ class ConductorReward:
         self.rounds = rounds
         self._pool_factory = pool_factory
         self.cost_weight = float(cost_weight)
+        self.truncation = truncation
         self._pool: Any = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self.best = best_workers(pool_config)
