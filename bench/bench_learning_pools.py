@@ -58,9 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
 
-    def bundled():
-        return load_pool(bundled_train_pool_path())
-
     rows = []
     print(
         "| pool | seed | best workers | warm-up share | GRPO share | warm-up reward "
@@ -92,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         seconds = time.perf_counter() - started
         warm, trained = result["table"]["warm-up"], result["table"]["GRPO"]
-        best = best_workers(load_pool(out / "pool.yaml") if pool_seed is not None else bundled())
+        pool_file = bundled_train_pool_path() if pool_seed is None else out / "pool.yaml"
+        best = best_workers(load_pool(pool_file))
         row = {
             "pool": "bundled" if pool_seed is None else pool_seed,
             "seed": seed,

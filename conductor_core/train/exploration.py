@@ -72,7 +72,7 @@ def routing_processor(
     allowed = [_single_token_ids(tokenizer, offered_ids(p)) for p in prompts]
     token_text: dict[int, str] = {}
     assigned: dict[int, int] = {}  # row -> the token of the worker id it is routed to
-    state = {"rows": -1}
+    drawn = False
 
     def text_of(tok: int) -> str:
         if tok not in token_text:
@@ -81,9 +81,6 @@ def routing_processor(
 
     def assign(rows: int, per_prompt: int) -> None:
         """Draw each group's worker order once per call (the torch RNG, seeded by the trainer)."""
-        state["rows"] = rows
-        if not coverage:
-            return
         groups: dict[str, list[int]] = {}
         for row in range(rows):
             index = row // per_prompt
@@ -97,8 +94,10 @@ def routing_processor(
 
     def process(input_ids: Any, scores: Any) -> Any:
         per_prompt = max(1, input_ids.shape[0] // max(1, len(allowed)))  # num_return_sequences
-        if state["rows"] != input_ids.shape[0]:
+        nonlocal drawn
+        if coverage and not drawn:
             assign(input_ids.shape[0], per_prompt)
+            drawn = True
         rows = []
         for row in range(input_ids.shape[0]):
             ids = allowed[row // per_prompt] if row // per_prompt < len(allowed) else None

@@ -32,6 +32,7 @@ from conductor_core.policy.text import TextPlanSource
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import PoolConfig
+from conductor_core.workflow.errors import FormatErrorCode
 from conductor_core.workflow.trace import TraceSummary
 
 
@@ -183,10 +184,6 @@ def _std(values: Sequence[float]) -> float:
 PoolFactory = Callable[[], Any]
 
 
-TRUNCATED = "truncated"
-"""Format-error code of a plan cut off at the completion limit (see :class:`Truncation`)."""
-
-
 @dataclass(frozen=True)
 class Truncation:
     """When a sampled completion counts as cut off: ``max_tokens`` long and not ended by one of
@@ -320,7 +317,11 @@ class ConductorReward:
             if truncated is not None and truncated[i]:
                 return await grade(
                     problem,
-                    TraceSummary(format_error=True, format_error_code=TRUNCATED, raw_plan=texts[i]),
+                    TraceSummary(
+                        format_error=True,
+                        format_error_code=FormatErrorCode.TRUNCATED,
+                        raw_plan=texts[i],
+                    ),
                 )
             ids = list(offered[i]) if offered[i] is not None else list(range(pool_size))
             prev = previous[i] if previous is not None else None

@@ -19,6 +19,9 @@ class FormatErrorCode(StrEnum):
     BAD_ACCESS_ENTRY = "bad_access_entry"
     FORWARD_REFERENCE = "forward_reference"
     SELF_REFERENCE = "self_reference"
+    TRUNCATED = "truncated"
+    """Cut off at the completion limit before its end token (training's
+    ``reward.truncated_is_format_error``), whether or not its lists parse."""
 
 
 class PlanFormatError(ValueError):

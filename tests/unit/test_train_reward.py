@@ -14,13 +14,13 @@ from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.train.recursive import recursion_metrics
 from conductor_core.train.reward import (
-    TRUNCATED,
     ConductorReward,
     RoundState,
     Truncation,
     summarize,
 )
 from conductor_core.workers.config import load_pool
+from conductor_core.workflow.errors import FormatErrorCode
 
 PROBLEMS = read_problems(bundled_train_problems_path())
 MATH = [p for p in PROBLEMS if str(p.domain) == "math"][:60]
@@ -322,7 +322,7 @@ def test_cut_off_plans_are_format_errors_and_do_not_run():
     scores = run(reward, [plan(0)] * 4, ids, completion_ids=cut)
     assert scores[0] == scores[3] == 0.0 and scores[1] in (0.5, 1.0) and scores[2] in (0.5, 1.0)
     codes = [o.format_error_code for o in reward.last_outcomes]
-    assert codes == [TRUNCATED, None, None, TRUNCATED]
+    assert codes == [FormatErrorCode.TRUNCATED, None, None, FormatErrorCode.TRUNCATED]
     assert reward.last_outcomes[0].calls == 0  # not executed
     assert set(run(make_reward(), [plan(0)] * 4, ids, completion_ids=cut)) <= {0.5, 1.0}
 
