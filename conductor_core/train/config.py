@@ -268,8 +268,8 @@ class GenerationSpec(_Strict):
         description="Exploration floor on the routing choice, in [0, 1): at each worker id of a "
         "sampled plan, mix this share of a uniform choice over the offered workers into the "
         "policy's, so that no worker drops out of sampling before a small policy tells question "
-        "types apart (train/exploration.py). 0 (the paper) samples the policy as it is. "
-        "`backend: transformers` only.",
+        "types apart (train/exploration.py); round-1 plans only in the recursive stage. 0 (the "
+        "paper) samples the policy as it is. `backend: transformers` only.",
     )
     routing_coverage: int = Field(
         default=0,
@@ -278,8 +278,9 @@ class GenerationSpec(_Strict):
         "to different offered workers (in random order, at every worker slot), so every group "
         "compares workers on the same question and the push towards the worker best on average "
         "cancels (train/exploration.py). Up to plans_per_question; those plans are exploration, "
-        "so training-batch routing metrics show them too. 0 (the paper) samples the policy. "
-        "`backend: transformers` only.",
+        "so training-batch routing metrics show them too. In the recursive stage it covers "
+        "round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) samples "
+        "the policy. `backend: transformers` only.",
     )
 
     @model_validator(mode="after")
@@ -617,6 +618,13 @@ class StageConfig(_Strict):
         description="GRPO loss (TRL's `loss_type`): `grpo` is the paper's (per-sequence length "
         "normalisation), `dapo` TRL's default (normalised by the tokens in the batch); `dr_grpo` "
         "and `bnpo` are TRL's other variants.",
+    )
+    num_iterations: int = Field(
+        default=1,
+        ge=1,
+        description="Optimiser passes over each generation batch (TRL's `num_iterations`, GRPO's "
+        "mu): more than 1 reuses the sampled and scored plans, with the importance ratio and "
+        "clipping of later passes. 1 (the paper) samples anew for every update.",
     )
     scale_rewards: Literal["group", "batch", "none"] = Field(
         default="group",

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["offered_ids", "routing_exploration", "routing_processor"]
+__all__ = ["offered_ids", "routing_exploration", "routing_processor", "without_exploration"]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
 _COMPACT_MODELS = re.compile(r"Models:\s*(\d+(?:\s*,\s*\d+)*)")
@@ -165,3 +165,16 @@ def routing_exploration(
         yield model
     finally:
         del model.generate
+
+
+@contextmanager
+def without_exploration(model: Any) -> Iterator[Any]:
+    """Within the block, ``model.generate`` samples the policy as it is, even inside
+    :func:`routing_exploration` (the recursive stage's second round: coverage writes worker ids
+    at every slot, which would rule out the keep plan)."""
+    wrapped = model.__dict__.pop("generate", None)
+    try:
+        yield model
+    finally:
+        if wrapped is not None:
+            model.generate = wrapped

@@ -256,6 +256,7 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "warmup_steps": warmup_steps,
         "beta": config.beta,
         "loss_type": config.loss_type,
+        "num_iterations": config.num_iterations,
         "scale_rewards": config.scale_rewards,
         "mask_truncated_completions": config.mask_truncated_completions,
         "max_grad_norm": config.max_grad_norm,

@@ -19,7 +19,8 @@ Rewards: a round-1 row scores its own answer; a round-2 row scores the final ans
 second round (both through :func:`~conductor_core.solve.solve`). Each group holds one round only,
 so group-normalised advantages are normalised per round; the advantages of forced round-1 rows are
 then multiplied by ``first_round_discount`` (the paper: 0.25). Generation goes through TRL's own
-backend (transformers or vLLM), round 2 with one sample per prompt.
+backend (transformers or vLLM), round 2 with one sample per prompt and without routing exploration
+(coverage would write a worker id at every slot and so rule out the keep plan).
 
 With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep
 the answer and of rows that write a new plan: missing ones are filled in after generation with the
@@ -43,6 +44,7 @@ from typing import Any
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import plan_request
+from conductor_core.train.exploration import without_exploration
 from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
 from conductor_core.workflow.model import AccessMode
@@ -64,6 +66,8 @@ class _Batch:
     """``sources[k]``: the round-1 row that round-2 row ``second_rows[k]`` continues."""
     filled: int = 0
     """Round-2 rows whose decision was filled in by the decision floor."""
+    sampled_keeps: dict[int, bool] = field(default_factory=dict)
+    """Round-2 row -> whether the policy itself wrote the keep plan (before the floor)."""
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
@@ -212,7 +216,12 @@ def make_recursive_trainer_class():
             if not batch.second_rows or len(outcomes) < len(batch.inputs):
                 return
             seconds = [outcomes[r] for r in batch.second_rows]
-            got = recursion_metrics([outcomes[r] for r in batch.sources], seconds)
+            firsts = [outcomes[r] for r in batch.sources]
+            got = recursion_metrics(firsts, seconds)
+            decided = zip(batch.second_rows, seconds, strict=True)
+            sampled = sampled_keep_metrics(
+                firsts, [batch.sampled_keeps.get(r, o.kept) for r, o in decided]
+            )
             parsed = [o for o in seconds if o.plan_ok]
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
@@ -231,6 +240,7 @@ def make_recursive_trainer_class():
                         "final_reward",
                     )
                 },
+                **{f"recursion/{key}": value for key, value in sampled.items()},
             }
             self.round_stats = stats
             for name, value in stats.items():
@@ -259,7 +269,8 @@ def make_recursive_trainer_class():
                 [completion_ids[r] for r in batch.first_rows], skip_special_tokens=True
             )
             round2_ids = self._second_round_prompts(batch, texts)
-            comp2, lp2 = super()._generate_single_turn(round2_ids, None, {}, 1)
+            with without_exploration(self.accelerator.unwrap_model(self.model)):
+                comp2, lp2 = super()._generate_single_turn(round2_ids, None, {}, 1)
             for k, r in enumerate(batch.second_rows):
                 prompt_ids[r] = round2_ids[k]  # the caller keeps this list as the prompts
                 completion_ids[r] = comp2[k]
@@ -292,9 +303,12 @@ def make_recursive_trainer_class():
             def keeps(r: int) -> bool:
                 return is_keep_text(texts[r], self.options.max_steps, self.options.access_mode)
 
+            batch.sampled_keeps = {r: keeps(r) for r in batch.second_rows}
             for j in range(batch.pairs):
                 seconds = batch.second_rows[j * g : (j + 1) * g]
-                to_keep, to_new = decision_floor([keeps(r) for r in seconds], minimum, rng)
+                to_keep, to_new = decision_floor(
+                    [batch.sampled_keeps[r] for r in seconds], minimum, rng
+                )
                 source = batch.sources[j * g]
                 donors = [r for r in batch.first_rows[j * g : (j + 1) * g] if r != source]
                 donors = [r for r in donors if not keeps(r)] or [source]
@@ -412,4 +426,21 @@ def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> 
         "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),
         "right_first": float(len(right)),
         "wrong_first": float(len(wrong)),
+    }
+
+
+def sampled_keep_metrics(firsts: Sequence[Outcome], keeps: Sequence[bool]) -> dict[str, float]:
+    """The policy's own keep decisions (``keeps``, as sampled, before the decision floor fills any
+    in) by the correctness of the round-1 answers they follow (``firsts``, same order):
+    ``sampled_keep_rate`` and ``sampled_keep_discrimination`` (P(keep | right) - P(keep | wrong)).
+    With the floor on, the batch's own keep rates show the floor; these show the policy."""
+    right = [k for a, k in zip(firsts, keeps, strict=True) if a.correct]
+    wrong = [k for a, k in zip(firsts, keeps, strict=True) if a.plan_ok and not a.correct]
+
+    def rate(values: Sequence[bool]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    return {
+        "sampled_keep_rate": rate(list(keeps)),
+        "sampled_keep_discrimination": rate(right) - rate(wrong),
     }

@@ -78,11 +78,6 @@ def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
     assert result["after"]["reward_mean"] >= result["before"]["reward_mean"]
 
 
-@pytest.mark.xfail(
-    reason="on the CI machine the tiny recursive stage keeps every answer (teacher-forced keep "
-    "discrimination 0.028, landed main as well; 0.31 where measured before; docs/training.md)",
-    strict=False,
-)
 def test_recursive_stage_keeps_right_answers_more_often_than_wrong_ones(base, tmp_path):
     from bench.learning import stage_experiment
 

@@ -4,6 +4,7 @@ as it was."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from conductor_core.train.exploration import (
     offered_ids,
     routing_exploration,
     routing_processor,
+    without_exploration,
 )
 from conductor_core.workflow.prompts import compact_prompt, conductor_prompt
 
@@ -60,9 +62,12 @@ def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
         assert torch.equal(out, scores)  # not a worker slot: the policy as it is
 
 
-def _first_ids(tok, model, prompt: str, rows: int, **exploration: float) -> list[int]:
+def _first_ids(
+    tok, model, prompt: str, rows: int, paused: bool = False, **exploration: float
+) -> list[int]:
     """The token sampled right after ``model_id = [`` for ``rows`` copies of ``prompt``, under
-    :func:`routing_exploration` with ``exploration`` (floor, coverage)."""
+    :func:`routing_exploration` with ``exploration`` (floor, coverage); ``paused``: inside
+    :func:`without_exploration` as well."""
     ids = tok([prompt] * rows, return_tensors="pt", add_special_tokens=False)
     opening = tok.encode("model_id = [", add_special_tokens=False)
     everything = list(range(len(tok)))
@@ -73,13 +78,16 @@ def _first_ids(tok, model, prompt: str, rows: int, **exploration: float) -> list
         return [opening[done]] if done < len(opening) else everything
 
     with routing_exploration(model, tok, **exploration):
-        out = model.generate(
-            **ids,
-            max_new_tokens=len(opening) + 1,
-            do_sample=True,
-            pad_token_id=0,
-            prefix_allowed_tokens_fn=open_the_list,
-        )
+        wrapped = model.generate
+        with without_exploration(model) if paused else nullcontext():
+            out = model.generate(
+                **ids,
+                max_new_tokens=len(opening) + 1,
+                do_sample=True,
+                pad_token_id=0,
+                prefix_allowed_tokens_fn=open_the_list,
+            )
+        assert model.generate is wrapped  # a pause ends with the exploration back in place
     return out[:, -1].tolist()
 
 
@@ -162,3 +170,17 @@ def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
     assert "generate" not in vars(model)
     with pytest.raises(ValueError, match="coverage"), routing_exploration(model, tok, coverage=-1):
         pass
+
+
+def test_without_exploration_samples_the_policy_inside_exploration(tiny) -> None:
+    """The recursive stage's second round: coverage would write a worker id at every slot (no
+    keep plan); paused, the policy's own choice comes back."""
+    tok, model = tiny
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
+    offered = {digit[1], digit[3]}
+    explored = _first_ids(tok, model, prompt, 32, floor=0.99, coverage=2)
+    paused = _first_ids(tok, model, prompt, 32, paused=True, floor=0.99, coverage=2)
+    assert sum(t in offered for t in explored) >= 28
+    assert sum(t in offered for t in paused) < 16  # the random tiny policy: anything
+    assert "generate" not in vars(model)

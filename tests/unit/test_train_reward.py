@@ -12,7 +12,7 @@ from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
-from conductor_core.train.recursive import recursion_metrics
+from conductor_core.train.recursive import recursion_metrics, sampled_keep_metrics
 from conductor_core.train.reward import (
     ConductorReward,
     RoundState,
@@ -202,6 +202,20 @@ def test_recursion_metrics_measure_keeping_right_answers_above_chance():
     got = recursion_metrics(firsts[2:], [broken, second(False)])
     assert got["keep_when_wrong"] == 0.0 and got["revise_when_wrong"] == 0.5
     assert got["round2_format_error_rate"] == 0.5
+
+
+def test_sampled_keep_metrics_read_the_policys_decisions_not_the_filled_batch():
+    right = Outcome(reward=1.0, domain="math", correct=True)
+    wrong = Outcome(reward=0.5, domain="math", correct=False)
+    broken = Outcome(reward=0.0, domain="math", format_error=True)
+    # The policy kept both right answers and one of two wrong ones; a broken round 1 counts in
+    # the keep rate but in neither class.
+    got = sampled_keep_metrics(
+        [right, right, wrong, wrong, broken], [True, True, True, False, False]
+    )
+    assert got["sampled_keep_rate"] == pytest.approx(0.6)
+    assert got["sampled_keep_discrimination"] == pytest.approx(0.5)
+    assert sampled_keep_metrics([], [])["sampled_keep_discrimination"] == 0.0
 
 
 def test_the_reward_runs_each_completion_through_solve(monkeypatch):

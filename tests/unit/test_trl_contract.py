@@ -270,6 +270,27 @@ def test_truncated_completions_are_left_out_of_the_loss_when_asked(tiny_dir, tmp
     assert kept[1::2] == ([0] if mask else [4]) * (len(SCORES) // 2)
 
 
+def test_num_iterations_reuses_each_scored_batch(tiny_dir, tmp_path):
+    """``num_iterations`` reaches TRL, which generates and scores once per that many optimiser
+    steps (the plans, and their worker calls, are reused)."""
+    from trl import GRPOTrainer
+
+    generations: list[int] = []
+
+    class Counting(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            generations.append(self.state.global_step)
+            return super()._generate_and_score_completions(inputs)
+
+    config = small(tmp_path, steps=4, questions_per_step=2, plans_per_question=GROUP)
+    config = config.model_copy(update={"num_iterations": 2})
+    trainer = trainer_for(config, tiny_dir, cls=Counting)
+    assert trainer.args.num_iterations == 2
+    trainer.train()
+    assert trainer.state.global_step == 4
+    assert generations == [0, 2]
+
+
 # --------------------------------------------------------------------------------------------
 # The learning-rate warm-up
 
