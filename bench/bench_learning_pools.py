@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every run: --set beta=0.04",
     )
     args = parser.parse_args(argv)
-    from bench.learning import ANY_POOL, learning_experiment
+    from bench.learning import ANY_POOL, learning_experiment, target_summary
     from conductor_core.cli.train import parse_sets
     from conductor_core.configfiles import deep_merge
     from conductor_core.train.problems import bundled_train_pool_path
@@ -111,11 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     shares = [r["best_worker_share"] for r in rows]
-    reached = sum(1 for s in shares if s >= TARGET)
-    print(
-        f"\nminimum best-worker share {min(shares):.3f}, mean {sum(shares) / len(shares):.3f}; "
-        f"{reached} of {len(shares)} runs at or above {TARGET}"
-    )
+    print("\n" + target_summary("best-worker share", shares, TARGET, "runs"))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "pools.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

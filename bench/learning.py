@@ -203,6 +203,16 @@ def held_out_problems(config: StageConfig) -> tuple[list[Problem], PoolConfig]:
     return [p for p in by_id.values() if p.metadata.get("split") == "test"], pool
 
 
+def target_summary(name: str, values: Sequence[float], target: float, unit: str) -> str:
+    """One line on a bench script's runs: ``values``' minimum and mean, and how many of them (runs,
+    seeds: ``unit``) reach ``target``."""
+    reached = sum(1 for v in values if v >= target)
+    return (
+        f"minimum {name} {min(values):.3f}, mean {sum(values) / len(values):.3f}; "
+        f"{reached} of {len(values)} {unit} at or above {target}"
+    )
+
+
 def render_table(table: dict[str, dict[str, float]]) -> str:
     """The before/after table as Markdown."""
     cols = [c for c in COLUMNS if c in table]
