@@ -39,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from random import Random
-from typing import Any
+from typing import Any, TypeVar
 
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
@@ -50,6 +50,8 @@ from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 from conductor_core.workflow.prompts import plan_messages
+
+_Item = TypeVar("_Item")
 
 MAX_PREVIOUS_PLAN_CHARS = 600
 """An unparsable round-1 plan is shown (truncated) as the previous plan."""
@@ -400,14 +402,24 @@ def previous_plan_text(
     return raw.strip()[:MAX_PREVIOUS_PLAN_CHARS]
 
 
+def by_first_answer(
+    firsts: Sequence[Outcome], items: Sequence[_Item]
+) -> tuple[list[_Item], list[_Item]]:
+    """``items`` (same order as ``firsts``) split into those after a right round-1 answer and
+    those after a wrong one; a round 1 that did not parse or run is in neither."""
+    pairs = list(zip(firsts, items, strict=True))
+    right = [item for a, item in pairs if a.correct]
+    wrong = [item for a, item in pairs if a.plan_ok and not a.correct]
+    return right, wrong
+
+
 def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> dict[str, float]:
     """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order).
 
     ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
     that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
     """
-    right = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.correct]
-    wrong = [(a, b) for a, b in zip(firsts, seconds, strict=True) if a.plan_ok and not a.correct]
+    right, wrong = by_first_answer(firsts, list(zip(firsts, seconds, strict=True)))
     scored1 = [a.reward for a in firsts if a.reward is not None]
     scored2 = [b.reward for b in seconds if b.reward is not None]
 
@@ -434,8 +446,7 @@ def sampled_keep_metrics(firsts: Sequence[Outcome], keeps: Sequence[bool]) -> di
     in) by the correctness of the round-1 answers they follow (``firsts``, same order):
     ``sampled_keep_rate`` and ``sampled_keep_discrimination`` (P(keep | right) - P(keep | wrong)).
     With the floor on, the batch's own keep rates show the floor; these show the policy."""
-    right = [k for a, k in zip(firsts, keeps, strict=True) if a.correct]
-    wrong = [k for a, k in zip(firsts, keeps, strict=True) if a.plan_ok and not a.correct]
+    right, wrong = by_first_answer(firsts, keeps)
 
     def rate(values: Sequence[bool]) -> float:
         return sum(values) / len(values) if values else 0.0
