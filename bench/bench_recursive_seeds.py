@@ -37,16 +37,30 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every recursive run: --set loss_type=dapo",
     )
     args = parser.parse_args(argv)
-    from bench.learning import learning_experiment, stage_experiment, target_summary
+    from bench.learning import (
+        learning_config,
+        learning_experiment,
+        stage_experiment,
+        target_summary,
+    )
     from conductor_core.cli.train import parse_sets
+    from conductor_core.errors import ConfigError
 
     out = Path(args.out)
     base = Path(args.base) if args.base else out / "base"
+    extra = parse_sets(tuple(args.sets))
+    try:  # a bad --set fails here, in one line, before any training
+        learning_config(out, stage="recursive", init_from=str(base / "model"), extra=extra)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.base and not (base / "model").is_dir():
+        print(f"error: --base {base}: no trained model in {base / 'model'}", file=sys.stderr)
+        return 2
     if not (base / "model").is_dir():
         print(f"training the base model in {base} (progress on stderr)", file=sys.stderr)
         with contextlib.redirect_stdout(sys.stderr):
             learning_experiment(base, steps=130, warmup_steps=300, seed=0, progress=True)
-    extra = parse_sets(tuple(args.sets))
     print(
         "| seed | keep P after right | after wrong | discrimination | keep right (sampled) "
         "| keep wrong | round-2 format errors | wrong first answers | s |"
