@@ -1,13 +1,13 @@
 """Learning that does not depend on the bundled pool: train the tiny Conductor (the learning
-test's recipe: the tiny profile, with its routing coverage) on five simulated pools drawn at random
-(the best worker of each domain at random ids, skills varied; ``bench.learning.random_pool``) and
-print each one's held-out figures.
+test's recipe, with ``bench.learning.ANY_POOL``) on five simulated pools drawn at random (the best
+worker of each domain at random ids, skills varied; ``bench.learning.random_pool``) and print each
+one's held-out figures.
 
     .venv/bin/python bench/bench_learning_pools.py [--pools 5] [--seeds 1] [--out runs/pools]
 
 Target: a held-out best-worker share of at least 0.85 on every pool and training seed. About
-3 minutes per run alone on 2 CPU cores (warm-up, GRPO and three held-out evaluations); runs in
-parallel on the same cores slow each other down far more than twofold.
+3-7 minutes per run alone on 2 CPU cores, by machine (warm-up, GRPO and three held-out
+evaluations); runs in parallel on the same cores slow each other down far more than twofold.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bundled", action="store_true", help="Also train on the bundled pool, for reference."
     )
+    parser.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="Train on the tiny profile as it is, without bench.learning.ANY_POOL.",
+    )
     parser.add_argument("--out", default="runs/pools")
     parser.add_argument(
         "--set",
@@ -46,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every run: --set beta=0.04",
     )
     args = parser.parse_args(argv)
-    from bench.learning import learning_experiment, target_summary
+    from bench.learning import ANY_POOL, learning_experiment, target_summary
     from conductor_core.cli.train import parse_sets
+    from conductor_core.configfiles import deep_merge
     from conductor_core.train.problems import bundled_train_pool_path
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
@@ -76,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                 warmup_steps=args.warmup_steps,
                 seed=seed,
                 pool_seed=pool_seed,
-                extra=parse_sets(tuple(args.sets)),
+                extra=deep_merge(
+                    {} if args.profile_only else ANY_POOL, parse_sets(tuple(args.sets))
+                ),
                 progress=True,
             )
         seconds = time.perf_counter() - started

@@ -73,6 +73,14 @@ def learning_config(
 
 DOMAINS: tuple[str, ...] = ("math", "mcq", "freeform")
 
+ANY_POOL: dict[str, Any] = {
+    "generation": {"routing_coverage": 4},
+    "reward": {"truncated_is_format_error": True},
+}
+"""Base-stage overrides of the tiny profile that learn on any :func:`random_pool`: each question's
+4 plans route to the 4 workers, and a plan cut off at the completion limit is a format error
+(docs/training.md, "On other pools")."""
+
 
 def random_pool(seed: int, path: str | Path, *, workers: int = 4) -> Path:
     """Write a simulated pool drawn at random for the bundled training problems to ``path``.
