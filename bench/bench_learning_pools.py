@@ -51,12 +51,17 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every run: --set beta=0.04",
     )
     args = parser.parse_args(argv)
-    from bench.learning import ANY_POOL, learning_experiment, target_summary
-    from conductor_core.cli.train import parse_sets
-    from conductor_core.configfiles import deep_merge
+    from bench.learning import ANY_POOL, checked_overrides, learning_experiment, target_summary
+    from conductor_core.errors import ConfigError
     from conductor_core.train.problems import bundled_train_pool_path
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
+
+    try:  # a bad --set fails here, in one line, before any training
+        extra = checked_overrides(args.sets, args.out, {} if args.profile_only else ANY_POOL)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     rows = []
     print(
@@ -82,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup_steps=args.warmup_steps,
                 seed=seed,
                 pool_seed=pool_seed,
-                extra=deep_merge(
-                    {} if args.profile_only else ANY_POOL, parse_sets(tuple(args.sets))
-                ),
+                extra=extra,
                 progress=True,
             )
         seconds = time.perf_counter() - started

@@ -38,19 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from bench.learning import (
-        learning_config,
+        checked_overrides,
         learning_experiment,
         stage_experiment,
         target_summary,
     )
-    from conductor_core.cli.train import parse_sets
     from conductor_core.errors import ConfigError
 
     out = Path(args.out)
     base = Path(args.base) if args.base else out / "base"
-    extra = parse_sets(tuple(args.sets))
     try:  # a bad --set fails here, in one line, before any training
-        learning_config(out, stage="recursive", init_from=str(base / "model"), extra=extra)
+        extra = checked_overrides(args.sets, out, stage="recursive", init_from=str(base / "model"))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.learning import random_pool, with_random_pool
 from conductor_core.train.reward import best_workers
 from conductor_core.workers.config import load_pool
@@ -28,3 +30,17 @@ def test_with_random_pool_points_the_data_at_the_written_pool(tmp_path):
     extra = with_random_pool({"data": {"split": None}}, 1, tmp_path / "pool.yaml")
     assert extra == {"data": {"split": None, "pool": str(tmp_path / "pool.yaml")}}
     assert (tmp_path / "pool.yaml").is_file()
+
+
+def test_checked_overrides_merge_over_the_base_and_refuse_bad_items(tmp_path):
+    from bench.learning import ANY_POOL, checked_overrides
+    from conductor_core.errors import ConfigError
+
+    extra = checked_overrides(["beta=0.04", "generation.temperature=0.7"], tmp_path, ANY_POOL)
+    assert extra["beta"] == 0.04
+    assert extra["generation"] == {**ANY_POOL["generation"], "temperature": 0.7}
+    assert extra["reward"] == ANY_POOL["reward"]
+    with pytest.raises(ConfigError, match="nosuch"):
+        checked_overrides(["nosuch=1"], tmp_path)
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        checked_overrides(["steps"], tmp_path, stage="recursive")
