@@ -71,29 +71,18 @@ def learning_config(
     return build_config(data, stage=stage, profile="tiny", overrides=extra)
 
 
-def checked_overrides(
-    sets: Sequence[str], out: str | Path, base: dict[str, Any] | None = None, **config: Any
-) -> dict[str, Any]:
-    """The config overrides of a bench script's ``--set KEY=VALUE`` items, merged over ``base``
-    and checked by building the experiment's config (``config``: more :func:`learning_config`
-    arguments), so that a bad one fails before any training. Raises ``ConfigError``."""
+def checked_overrides(sets: Sequence[str], out: str | Path, **config: Any) -> dict[str, Any]:
+    """The config overrides of a bench script's ``--set KEY=VALUE`` items, checked by building
+    the experiment's config (``config``: more :func:`learning_config` arguments), so that a bad
+    one fails before any training. Raises ``ConfigError``."""
     from conductor_core.cli.train import parse_sets
-    from conductor_core.configfiles import deep_merge
 
-    extra = deep_merge(base or {}, parse_sets(tuple(sets)))
+    extra = parse_sets(tuple(sets))
     learning_config(out, extra=extra, **config)
     return extra
 
 
 DOMAINS: tuple[str, ...] = ("math", "mcq", "freeform")
-
-ANY_POOL: dict[str, Any] = {
-    "generation": {"routing_coverage": 4},
-    "reward": {"truncated_is_format_error": True},
-}
-"""Base-stage overrides of the tiny profile that learn on any :func:`random_pool`: each question's
-4 plans route to the 4 workers, and a plan cut off at the completion limit is a format error
-(docs/training.md, "On other pools")."""
 
 
 def random_pool(seed: int, path: str | Path, *, workers: int = 4) -> Path:
@@ -439,7 +428,8 @@ def evaluate_recursion(
     (:func:`~conductor_core.train.recursive.recursion_metrics`, over the plans whose first round
     parsed and ran) and ``keep_prob_when_right`` / ``keep_prob_when_wrong``: the mean probability
     of writing the keep plan (teacher-forced, so free of sampling noise), and
-    ``keep_prob_discrimination`` their difference."""
+    ``keep_prob_discrimination`` their difference; ``first_round_keep_rate``: the share of plans
+    whose first round was already the keep plan (a format error, so no second round)."""
     from conductor_core.outcome import grade
     from conductor_core.train.warmup import KEEP_PLAN
 
@@ -460,8 +450,10 @@ def evaluate_recursion(
     firsts: list[Outcome] = []
     seconds: list[Outcome] = []
     prompts: list[list[dict[str, str]]] = []
+    first_keeps = 0
     for record in records:
         trace = SolveTrace.model_validate(record.trace)
+        first_keeps += is_first_round_keep(trace)
         if len(trace.rounds) < 2:
             continue  # round 1 did not parse or ran into infrastructure: no second round
         problem = by_id[record.problem_id]
@@ -485,6 +477,7 @@ def evaluate_recursion(
         previous = PreviousRound(plan=plan, answer=first_round.answer)
         prompts.append(plan_messages(plan_request(problem.question, size, options, 0, previous)))
     metrics = recursion_metrics(firsts, seconds)
+    metrics["first_round_keep_rate"] = first_keeps / len(records) if records else 0.0
     keep = completion_probabilities(model, tokenizer, prompts, KEEP_PLAN)
     right = [k for k, o in zip(keep, firsts, strict=True) if o.correct]
     wrong = [k for k, o in zip(keep, firsts, strict=True) if o.plan_ok and not o.correct]
@@ -494,6 +487,16 @@ def evaluate_recursion(
         metrics["keep_prob_when_right"] - metrics["keep_prob_when_wrong"]
     )
     return metrics
+
+
+def is_first_round_keep(trace: SolveTrace) -> bool:
+    """Whether the first round's plan was the keep plan (no answer to keep: a format error)."""
+    return bool(
+        trace.format_error
+        and trace.rounds
+        and trace.rounds[0].plan_error is None
+        and trace.rounds[0].workflow is None
+    )
 
 
 @contextmanager

@@ -208,7 +208,8 @@ class RewardSpec(_Strict):
         default=False,
         description="Score a plan that ran into `generation.max_completion_length` without its "
         "end token as a format error (0, code `truncated`; not executed) even when its lists "
-        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run.",
+        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run. On "
+        "in the tiny profile, whose 64-token plans otherwise drift into repeating a subtask line.",
     )
 
 
@@ -280,7 +281,8 @@ class GenerationSpec(_Strict):
         "cancels (train/exploration.py). Up to plans_per_question; those plans are exploration, "
         "so training-batch routing metrics show them too. In the recursive stage it covers "
         "round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) samples "
-        "the policy. `backend: transformers` only.",
+        "the policy; the tiny profile covers 4 in its base and adaptive stages, so that it learns "
+        "on any pool. `backend: transformers` only.",
     )
 
     @model_validator(mode="after")
@@ -485,6 +487,14 @@ class RecursiveSpec(_Strict):
         description="Multiplier on the advantages of forced trajectories' round-1 plans, in "
         "[0, 1]. The paper uses 0.25; 0 leaves those round-1 plans untrained, 1 trains them like "
         "any other.",
+    )
+    discount_format_errors: bool = Field(
+        default=True,
+        description="Whether `first_round_discount` also applies to round-1 plans that are "
+        "format errors (including the keep plan, which has no answer to keep in round 1). true "
+        "(paper): every forced round-1 plan is discounted. false: those keep their full advantage, "
+        "so that what the policy learns for round 2 (the keep plan) is pushed out of round 1 as "
+        "strongly as it is pulled into round 2 (the tiny profile).",
     )
     round2_contexts: Literal["per_plan", "shared"] = Field(
         default="per_plan",

@@ -18,9 +18,10 @@ single-round groups. Which round-1 plan a round-2 row continues is ``round2_cont
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
 second round (both through :func:`~conductor_core.solve.solve`). Each group holds one round only,
 so group-normalised advantages are normalised per round; the advantages of forced round-1 rows are
-then multiplied by ``first_round_discount`` (the paper: 0.25). Generation goes through TRL's own
-backend (transformers or vLLM), round 2 with one sample per prompt and without routing exploration
-(coverage would write a worker id at every slot and so rule out the keep plan).
+then multiplied by ``first_round_discount`` (the paper: 0.25; with ``discount_format_errors`` off,
+round-1 format errors such as the keep plan keep their full advantage). Generation goes through
+TRL's own backend (transformers or vLLM), round 2 with one sample per prompt and without routing
+exploration (coverage would write a worker id at every slot and so rule out the keep plan).
 
 With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep
 the answer and of rows that write a new plan: missing ones are filled in after generation with the
@@ -110,6 +111,11 @@ def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
     advantages[kept] = advantages[kept] * factor
 
 
+def answered_rows(rows: list[int], outcomes: Sequence[Outcome]) -> list[int]:
+    """The ``rows`` whose plan was not a format error (rows with no outcome are kept)."""
+    return [r for r in rows if r >= len(outcomes) or not outcomes[r].format_error]
+
+
 def decision_floor(keeps: list[bool], minimum: int, rng: Random) -> tuple[list[int], list[int]]:
     """Rows of one round-2 group to turn into keeps, and rows to turn into new plans.
 
@@ -173,6 +179,7 @@ def make_recursive_trainer_class():
             rounds: RoundState,
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
+            discount_format_errors: bool = True,
             round2_contexts: str = "per_plan",
             min_decision_share: float = 0.0,
             balance_sources: bool = False,
@@ -186,6 +193,7 @@ def make_recursive_trainer_class():
             self.round2_contexts = round2_contexts
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
+            self.discount_format_errors = discount_format_errors
             self.min_decision_share = min_decision_share
             self.balance_sources = balance_sources
             self._batch: _Batch | None = None
@@ -208,7 +216,10 @@ def make_recursive_trainer_class():
                 output = super()._generate_and_score_completions(inputs)
             finally:
                 self._batch = None
-            discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
+            rows = batch.first_rows
+            if not self.discount_format_errors:
+                rows = answered_rows(rows, self.conductor_reward.last_outcomes)
+            discount_rows(output["advantages"], rows, self.first_round_discount)
             self._log_rounds(batch, mode)
             return output
 
@@ -225,10 +236,15 @@ def make_recursive_trainer_class():
                 firsts, [batch.sampled_keeps.get(r, o.kept) for r, o in decided]
             )
             parsed = [o for o in seconds if o.plan_ok]
+            forced = [outcomes[r] for r in batch.first_rows]
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
                 "recursion/contexts": float(len(set(batch.sources))),
                 "recursion/filled_share": batch.filled / len(batch.second_rows),
+                # Round-1 format errors, the keep plan among them: what round 2 learns leaking
+                # into round 1 shows here first.
+                "recursion/first_format_error_rate": sum(o.format_error for o in forced)
+                / len(forced),
                 "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed)
                 if parsed
                 else 0.0,

@@ -13,6 +13,7 @@ import pytest
 
 from conductor_core.train.config import build_config
 from conductor_core.train.recursive import (
+    answered_rows,
     balanced_sources,
     decision_floor,
     discount_rows,
@@ -159,6 +160,7 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expe
             "forced_fraction": 0.5,
             "round2_contexts": contexts,
             "balance_sources": contexts == "shared",
+            "discount_format_errors": contexts == "per_plan",
         },
     )
     result = run_stage(config, progress=False)
@@ -168,6 +170,7 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expe
     # two rows continue one shared round-1 plan, or each its own (per_plan, the paper's).
     assert logged and logged[0]["recursion/second_round_rows"] == 2.0
     assert logged[0]["recursion/contexts"] == expected
+    assert 0.0 <= logged[0]["recursion/first_format_error_rate"] <= 1.0
     # The trained model is saved with the prompt style it learned.
     assert load_prompt_spec(result.model_dir).style == "compact"
 
@@ -194,6 +197,21 @@ def test_paper_profile_recursive_batch_composition_and_discount():
     # The shared layout: one context per round-2 group.
     _, _, shared = pair_rows(2, 4, "shared", Random(0))
     assert len(set(shared[:4])) == 1 and len(set(shared[4:])) == 1 and shared[0] < 4
+
+
+def test_round_one_format_errors_can_escape_the_discount():
+    """With ``discount_format_errors`` off, a round-1 keep plan (a format error: there is no answer
+    to keep yet) keeps its full advantage while the other round-1 plans are discounted."""
+    import torch
+
+    from conductor_core.outcome import Outcome
+
+    outcomes = [Outcome(format_error=True), Outcome(reward=1.0), Outcome(reward=0.5)]
+    rows = answered_rows([0, 1, 2, 7], outcomes)  # row 7: no outcome here (another process)
+    assert rows == [1, 2, 7]
+    advantages = torch.tensor([-1.0, 1.0, -0.5, 0.4])
+    discount_rows(advantages, rows, 0.25)
+    assert advantages.tolist() == pytest.approx([-1.0, 0.25, -0.125, 0.4])
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):
