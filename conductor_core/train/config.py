@@ -208,8 +208,7 @@ class RewardSpec(_Strict):
         default=False,
         description="Score a plan that ran into `generation.max_completion_length` without its "
         "end token as a format error (0, code `truncated`; not executed) even when its lists "
-        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run. On "
-        "in the tiny profile, whose 64-token plans otherwise drift into repeating a subtask line.",
+        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run.",
     )
 
 
@@ -281,8 +280,7 @@ class GenerationSpec(_Strict):
         "cancels (train/exploration.py). Up to plans_per_question; those plans are exploration, "
         "so training-batch routing metrics show them too. In the recursive stage it covers "
         "round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) samples "
-        "the policy; the tiny profile covers 4 in its base and adaptive stages, so that it learns "
-        "on any pool. `backend: transformers` only.",
+        "the policy. `backend: transformers` only.",
     )
 
     @model_validator(mode="after")
@@ -494,7 +492,7 @@ class RecursiveSpec(_Strict):
         "format errors (including the keep plan, which has no answer to keep in round 1). true "
         "(paper): every forced round-1 plan is discounted. false: those keep their full advantage, "
         "so that what the policy learns for round 2 (the keep plan) is pushed out of round 1 as "
-        "strongly as it is pulled into round 2 (the tiny profile).",
+        "strongly as it is pulled into round 2 (docs/training.md).",
     )
     round2_contexts: Literal["per_plan", "shared"] = Field(
         default="per_plan",
