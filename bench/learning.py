@@ -464,7 +464,7 @@ def evaluate_recursion(
     first_keeps = 0
     for record in records:
         trace = SolveTrace.model_validate(record.trace)
-        first_keeps += is_first_round_keep(trace)
+        first_keeps += is_first_round_keep(trace, config.data.max_steps, config.data.access_mode)
         if len(trace.rounds) < 2:
             continue  # round 1 did not parse or ran into infrastructure: no second round
         problem = by_id[record.problem_id]
@@ -500,14 +500,12 @@ def evaluate_recursion(
     return metrics
 
 
-def is_first_round_keep(trace: SolveTrace) -> bool:
+def is_first_round_keep(trace: SolveTrace, max_steps: int, access_mode: str) -> bool:
     """Whether the first round's plan was the keep plan (no answer to keep: a format error)."""
-    return bool(
-        trace.format_error
-        and trace.rounds
-        and trace.rounds[0].plan_error is None
-        and trace.rounds[0].workflow is None
-    )
+    from conductor_core.train.recursive import is_keep_text
+
+    raw = trace.rounds[0].raw_plan if trace.rounds else None
+    return raw is not None and is_keep_text(raw, max_steps, access_mode)
 
 
 @contextmanager

@@ -44,3 +44,17 @@ def test_checked_overrides_merge_over_the_base_and_refuse_bad_items(tmp_path):
         checked_overrides(["nosuch=1"], tmp_path)
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         checked_overrides(["steps"], tmp_path, stage="recursive")
+
+
+def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
+    from bench.learning import is_first_round_keep
+    from conductor_core.workflow.trace import RoundTrace, SolveTrace
+
+    keep = "model_id = []\nsubtasks = []\naccess_list = []"
+    plan = 'model_id = [0]\nsubtasks = ["Answer."]\naccess_list = [[]]'
+    for raw, error, expected in ((keep, {"code": "empty_plan"}, True), (plan, None, False)):
+        trace = SolveTrace(
+            question="q", rounds=[RoundTrace(round=0, raw_plan=raw, plan_error=error)]
+        )
+        assert is_first_round_keep(trace, 5, "index") is expected
+    assert not is_first_round_keep(SolveTrace(question="q"), 5, "index")
