@@ -1,7 +1,7 @@
 """Learning that does not depend on the bundled pool: train the tiny Conductor (the learning
-test's recipe, with ``bench.learning.ANY_POOL``) on five simulated pools drawn at random (the best
-worker of each domain at random ids, skills varied; ``bench.learning.random_pool``) and print each
-one's held-out figures.
+test's recipe: the tiny profile, whose base stage covers every worker in each question's group) on
+five simulated pools drawn at random (the best worker of each domain at random ids, skills varied;
+``bench.learning.random_pool``) and print each one's held-out figures.
 
     .venv/bin/python bench/bench_learning_pools.py [--pools 5] [--seeds 1] [--out runs/pools]
 
@@ -37,11 +37,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bundled", action="store_true", help="Also train on the bundled pool, for reference."
     )
-    parser.add_argument(
-        "--profile-only",
-        action="store_true",
-        help="Train on the tiny profile as it is, without bench.learning.ANY_POOL.",
-    )
     parser.add_argument("--out", default="runs/pools")
     parser.add_argument(
         "--set",
@@ -51,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every run: --set beta=0.04",
     )
     args = parser.parse_args(argv)
-    from bench.learning import ANY_POOL, checked_overrides, learning_experiment, target_summary
+    from bench.learning import checked_overrides, learning_experiment, target_summary
     from conductor_core.errors import ConfigError
     from conductor_core.train.problems import bundled_train_pool_path
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
 
     try:  # a bad --set fails here, in one line, before any training
-        extra = checked_overrides(args.sets, args.out, {} if args.profile_only else ANY_POOL)
+        extra = checked_overrides(args.sets, args.out)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

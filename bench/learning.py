@@ -71,29 +71,18 @@ def learning_config(
     return build_config(data, stage=stage, profile="tiny", overrides=extra)
 
 
-def checked_overrides(
-    sets: Sequence[str], out: str | Path, base: dict[str, Any] | None = None, **config: Any
-) -> dict[str, Any]:
-    """The config overrides of a bench script's ``--set KEY=VALUE`` items, merged over ``base``
-    and checked by building the experiment's config (``config``: more :func:`learning_config`
-    arguments), so that a bad one fails before any training. Raises ``ConfigError``."""
+def checked_overrides(sets: Sequence[str], out: str | Path, **config: Any) -> dict[str, Any]:
+    """The config overrides of a bench script's ``--set KEY=VALUE`` items, checked by building
+    the experiment's config (``config``: more :func:`learning_config` arguments), so that a bad
+    one fails before any training. Raises ``ConfigError``."""
     from conductor_core.cli.train import parse_sets
-    from conductor_core.configfiles import deep_merge
 
-    extra = deep_merge(base or {}, parse_sets(tuple(sets)))
+    extra = parse_sets(tuple(sets))
     learning_config(out, extra=extra, **config)
     return extra
 
 
 DOMAINS: tuple[str, ...] = ("math", "mcq", "freeform")
-
-ANY_POOL: dict[str, Any] = {
-    "generation": {"routing_coverage": 4},
-    "reward": {"truncated_is_format_error": True},
-}
-"""Base-stage overrides of the tiny profile that learn on any :func:`random_pool`: each question's
-4 plans route to the 4 workers, and a plan cut off at the completion limit is a format error
-(docs/training.md, "On other pools")."""
 
 
 def random_pool(seed: int, path: str | Path, *, workers: int = 4) -> Path:

@@ -145,6 +145,17 @@ def test_tiny_recursive_profile_values():
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
     assert base.learning_rate == 3e-4 and base.warmup.recursion_fraction == 0.5
     assert base.loss_type == "dapo"
+    # Learning on any pool (docs/training.md, "On other pools"): every base group covers every
+    # worker and cut-off plans score 0; the adaptive stage samples the policy with a routing floor
+    # (so its own unoffered routing is seen and contrasted); the recursive stage samples it alone.
+    assert base.generation.routing_coverage == base.plans_per_question == 4
+    assert base.reward.truncated_is_format_error is True
+    adaptive = build_config({}, stage="adaptive", profile="tiny")
+    assert (adaptive.generation.routing_coverage, adaptive.generation.routing_floor) == (0, 0.3)
+    recursive = build_config({}, stage="recursive", profile="tiny")
+    assert (recursive.generation.routing_coverage, recursive.generation.routing_floor) == (0, 0.0)
+    for c in (adaptive, recursive):
+        assert c.reward.truncated_is_format_error is False
 
 
 @pytest.mark.parametrize("stage", STAGES)
