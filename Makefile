@@ -1,11 +1,13 @@
+# Every test but the GPU ones, one worker per core (pytest-xdist; a test file stays on one
+# worker, so its module fixtures are built once), with the slowest tests listed at the end.
 test:
 	bash scripts/setup.sh
-	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider
+	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider -n auto --dist loadfile --durations=15
 
-# Unit tests without the slow ones (markers: tests/conftest.py); under a minute on 2 cores.
+# The unit tests: fast and pure by the rule tests/conftest.py enforces; under a minute on 2 cores.
 test-fast:
 	test -x .venv/bin/python || bash scripts/setup.sh
-	.venv/bin/python -m pytest -q -m "unit and not slow" -p no:cacheprovider tests/unit
+	.venv/bin/python -m pytest -q -m unit -p no:cacheprovider tests/unit
 
 lint:
 	.venv/bin/ruff check .

@@ -25,6 +25,7 @@ from typing import Any
 
 from conductor_core.evaluate.aggregate import OVERALL, Summary
 from conductor_core.evaluate.records import EvalRecord
+from conductor_core.track.mlflow_run import restores_tracking_uri
 
 EXPERIMENT = "conductor-eval"
 EVAL_STAGE = "aggregate"
@@ -257,6 +258,7 @@ def _search(mlflow: Any, filter_string: str, experiment_ids: list[str] | None, m
     return mlflow.search_runs(experiment_ids=experiment_ids, **kwargs)
 
 
+@restores_tracking_uri
 def compare_runs(
     experiment: str | None = None,
     *,

@@ -14,11 +14,14 @@ figures and artifacts with secrets scrubbed.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -75,10 +78,72 @@ def tracking_uri(runs: str | Path | None = None) -> str:
 
 
 def configure(uri: str | None = None) -> Any:
-    """Point MLflow at ``uri`` (default :func:`tracking_uri`) and return the ``mlflow`` module."""
+    """Point MLflow at ``uri`` (default :func:`tracking_uri`) and return the ``mlflow`` module.
+
+    MLflow keeps this process-wide (and copies it to ``$MLFLOW_TRACKING_URI``): call it only
+    inside a function wrapped by :func:`restores_tracking_uri`.
+    """
     mlflow = mlflow_module()
     mlflow.set_tracking_uri(uri or tracking_uri())
     return mlflow
+
+
+_URI_ENV = "MLFLOW_TRACKING_URI"
+
+
+def _tracking_state() -> tuple[str | None, str | None]:
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    return getattr(utils, "_tracking_uri", None), os.environ.get(_URI_ENV)
+
+
+def _restore_tracking_state(state: tuple[str | None, str | None]) -> None:
+    if _tracking_state() == state:
+        return
+    set_uri, env = state
+    mlflow_module().set_tracking_uri(set_uri)  # also resets MLflow's tracer provider
+    if env is None:
+        os.environ.pop(_URI_ENV, None)
+    else:
+        os.environ[_URI_ENV] = env
+
+
+@contextmanager
+def tracking_at(uri: str | None = None) -> Iterator[Any]:
+    """Point MLflow at ``uri`` (default :func:`tracking_uri`) within the block and yield the
+    ``mlflow`` module; afterwards its process-wide tracking URI and ``$MLFLOW_TRACKING_URI`` are
+    what they were before."""
+    state = _tracking_state()
+    try:
+        yield configure(uri)
+    finally:
+        _restore_tracking_state(state)
+
+
+def restores_tracking_uri(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a function (or a generator behind ``@contextmanager``) that calls :func:`configure`,
+    so that MLflow's process-wide tracking URI and ``$MLFLOW_TRACKING_URI`` are what they were
+    once it returns (or its block ends): a library call never re-points the caller's MLflow."""
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        def generator(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            state = _tracking_state()
+            try:
+                return (yield from func(*args, **kwargs))
+            finally:
+                _restore_tracking_state(state)
+
+        return generator
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        state = _tracking_state()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _restore_tracking_state(state)
+
+    return call
 
 
 def _local_artifact_root(uri: str, experiment: str) -> str | None:
@@ -127,6 +192,7 @@ def _run_block(run: Any, *, owned: bool) -> Iterator[Any]:
 
 
 @contextmanager
+@restores_tracking_uri
 def start_run(
     experiment: str,
     run_name: str | None = None,
@@ -176,6 +242,7 @@ def start_run(
 
 
 @contextmanager
+@restores_tracking_uri
 def reopen_run(run_id: str, *, uri: str | None = None) -> Iterator[Any]:
     """Re-open an ended run (for example after TRL's ``report_to="mlflow"`` ended it) to log more.
 

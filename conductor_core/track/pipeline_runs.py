@@ -48,6 +48,7 @@ from conductor_core.track.mlflow_run import (
     ensure_experiment,
     flatten_params,
     mlflow_module,
+    restores_tracking_uri,
 )
 from conductor_core.track.scrub import is_secret_key, scrub_value, secret_values
 
@@ -155,6 +156,7 @@ def _get_or_create(
     return mine, True
 
 
+@restores_tracking_uri
 def pipeline_run(
     pipeline: str,
     kfp_run_id: str,
@@ -203,6 +205,7 @@ def pipeline_run(
     return run_id
 
 
+@restores_tracking_uri
 def end_pipeline_run(
     run_id: str, status: str = "FINISHED", *, tracking_uri: str | None = None
 ) -> None:
@@ -212,6 +215,7 @@ def end_pipeline_run(
     configure(tracking_uri).MlflowClient().set_terminated(run_id, status=status)
 
 
+@restores_tracking_uri
 def find_nested_run(
     parent_run_id: str, match: Mapping[str, str], *, tracking_uri: str | None = None
 ) -> str | None:
@@ -247,6 +251,7 @@ def _log_params_once(run_id: str, params: Mapping[str, Any] | Any) -> dict[str, 
 
 
 @contextmanager
+@restores_tracking_uri
 def nested_run(
     parent_run_id: str,
     match: Mapping[str, str],

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError
-from conductor_core.track.mlflow_run import configure, reopen_run, start_run
+from conductor_core.track.mlflow_run import (
+    configure,
+    reopen_run,
+    restores_tracking_uri,
+    start_run,
+)
 from conductor_core.track.storage import Storage, is_s3
 
 DEFAULT_EXPERIMENT = "conductor-models"
@@ -56,6 +61,7 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
+@restores_tracking_uri
 def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     """Log and register in the active run; returns (model URI of the logged model, version)."""
     mlflow = configure(uri)
@@ -81,6 +87,7 @@ def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     return info.model_uri, str(version)
 
 
+@restores_tracking_uri
 def register_version(
     model_dir: str | Path,
     name: str,
@@ -114,6 +121,7 @@ def register_version(
     return version
 
 
+@restores_tracking_uri
 def log_and_register_model(
     model_dir: str | Path,
     name: str,
@@ -135,6 +143,7 @@ def score_tag(metric: str) -> str:
     return f"conductor.{metric}"
 
 
+@restores_tracking_uri
 def promote_if_better(
     model_dir: str | Path,
     name: str,
@@ -214,6 +223,7 @@ def _find_model_folder(root: Path) -> Path:
     return found[0].parent
 
 
+@restores_tracking_uri
 def load_model_dir(uri: str, dst: str | Path | None = None) -> Path:
     """Download a model and return the local folder that holds its ``config.json``.
 

@@ -60,7 +60,10 @@ class RunTracker:
         from mlflow.exceptions import MlflowException
 
         try:
-            run = mlflow_run.mlflow_module().MlflowClient().get_run(run_id)
+            client = mlflow_run.mlflow_module().MlflowClient(
+                tracking_uri=self.uri or mlflow_run.tracking_uri()
+            )
+            run = client.get_run(run_id)
         except MlflowException as exc:
             _LOG.warning("cannot resume MLflow run %s (%s); starting a new run", run_id, exc)
             return False
@@ -73,7 +76,6 @@ class RunTracker:
         """Open the run (see the class docstring for which one)."""
         if self._ctx is not None:
             return
-        mlflow_run.configure(self.uri)
         injected = os.environ.get("MLFLOW_RUN_ID")
         if not injected and self.resume_run_id and self._reopenable(self.resume_run_id):
             ctx: AbstractContextManager[Any] = mlflow_run.reopen_run(
@@ -82,9 +84,10 @@ class RunTracker:
             self.resumed = True
         else:
             if not injected and self.artifact_location:
-                mlflow_run.ensure_experiment(
-                    self.experiment, artifact_location=self.artifact_location
-                )
+                with mlflow_run.tracking_at(self.uri):
+                    mlflow_run.ensure_experiment(
+                        self.experiment, artifact_location=self.artifact_location
+                    )
             ctx = mlflow_run.start_run(self.experiment, self.run_name, self.tags, uri=self.uri)
             self.resumed = False
         run = ctx.__enter__()

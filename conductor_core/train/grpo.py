@@ -363,6 +363,22 @@ def make_callbacks(
     return callbacks
 
 
+def stop_reward_loop(trainer: Any) -> None:
+    """Stop the event-loop thread TRL starts for async reward functions (it would otherwise run
+    until the process exits: one more thread per stage in a pipeline or a test run)."""
+    thread = getattr(trainer, "async_loop_thread", None)
+    loop = getattr(trainer, "async_loop", None)
+    if thread is None or loop is None or not thread.is_alive():
+        return
+    from trl.trainer.utils import shutdown_event_loop_in_daemon
+
+    shutdown_event_loop_in_daemon(thread, loop)
+    if not thread.is_alive():
+        # The rewards' worker threads (asyncio.to_thread). The loop stays open: TRL's exit hook
+        # stops it once more.
+        loop.run_until_complete(loop.shutdown_default_executor())
+
+
 def build_trainer(
     config: StageConfig,
     model: Any,
@@ -469,8 +485,11 @@ def run_stage(
         callbacks = make_callbacks(config, tracker, reward, history, samples)
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
         gen = config.generation
-        with routing_exploration(model, tokenizer, gen.routing_floor, gen.routing_coverage):
-            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        try:
+            with routing_exploration(model, tokenizer, gen.routing_floor, gen.routing_coverage):
+                trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        finally:
+            stop_reward_loop(trainer)
         model_dir = out / MODEL_DIR
         final = trainer.model
         if config.lora.enabled and hasattr(final, "merge_and_unload"):

@@ -26,7 +26,7 @@ import re
 import string
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib import resources
@@ -313,13 +313,21 @@ class SimulatedProvider:
     """A worker that answers from a :class:`ProblemBank` with a seeded skill profile.
 
     The bank is :func:`bank_for` the config's ``simulation.problems`` (read when the provider is
-    built, so a missing file fails then); ``bank`` replaces it (tests).
+    built, so a missing file fails then); ``bank`` replaces it (tests). ``sleep`` waits out the
+    simulated latency (``asyncio.sleep``; tests pass their own).
     """
 
-    def __init__(self, config: WorkerConfig, bank: ProblemBank | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        bank: ProblemBank | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.config = config
         self.profile: SimulationProfile = config.simulation or SimulationProfile()
         self.bank = bank if bank is not None else bank_for(self.profile.problems)
+        self._sleep = sleep
         self._attempts: OrderedDict[int, int] = OrderedDict()
 
     # -- the Provider protocol -------------------------------------------------------------------
@@ -417,7 +425,7 @@ class SimulatedProvider:
     async def _answer(self, messages: Messages, parsed: ParsedMessage, key: int) -> Completion:
         delay_ms = self._latency_ms(Random(_stable_int("latency", key)))
         if delay_ms > 0:
-            await asyncio.sleep(delay_ms / 1000.0)
+            await self._sleep(delay_ms / 1000.0)
         return self._compose(messages, parsed, key)
 
     def _compose(self, messages: Messages, parsed: ParsedMessage, key: int) -> Completion:

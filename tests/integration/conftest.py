@@ -223,10 +223,11 @@ def mlflow_env(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    yield mlflow_server
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    mlflow.set_tracking_uri(None)
+    from conductor_core.track.mlflow_run import tracking_at
+
+    with tracking_at(mlflow_server.uri):
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        yield mlflow_server
+        while mlflow.active_run() is not None:
+            mlflow.end_run()

@@ -21,7 +21,7 @@ from conductor_core.evaluate.aggregate import OVERALL
 from conductor_core.evaluate.records import read_records
 from conductor_core.evaluate.tracking import compare_runs, log_evaluation, method_metrics
 from conductor_core.track import pipeline_runs
-from conductor_core.track.mlflow_run import log_metrics
+from conductor_core.track.mlflow_run import log_metrics, tracking_at
 from conductor_core.track.pipeline_runs import (
     TAG_KFP_RUN_ID,
     TAG_PIPELINE_RUN,
@@ -61,12 +61,12 @@ def env(store, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv(pipeline_runs.GIT_COMMIT_ENV, "0123abcd")
-    mlflow.set_tracking_uri(store)
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    yield store
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
+    with tracking_at(store):
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        yield store
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
 
 
 @pytest.fixture(scope="module")

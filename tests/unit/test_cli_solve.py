@@ -86,27 +86,3 @@ def test_missing_key_and_missing_pool_are_one_line_errors(tmp_path, capsys, monk
     with pytest.raises(SystemExit) as exc:
         main(["solve", "hi", "--pool", str(tmp_path / "missing.yaml")])
     assert exc.value.code == 2 and "not found" in capsys.readouterr().err
-
-
-def test_unreachable_worker_is_a_recorded_failure_with_non_zero_exit(tmp_path, capsys) -> None:
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(
-        yaml.safe_dump(
-            {
-                "workers": [
-                    {
-                        "provider": "openai",
-                        "model": "m",
-                        "endpoint": "http://127.0.0.1:9/v1",
-                        "max_retries": 1,
-                    }
-                ],
-                "retry": {"backoff_base_s": 0.01},
-            }
-        )
-    )
-    with pytest.raises(SystemExit) as exc:
-        main(["solve", "hi", "--pool", str(pool)])
-    out = capsys.readouterr().out
-    assert exc.value.code == 1 and "cannot reach http://127.0.0.1:9/v1" in out
-    assert "infrastructure error" in out

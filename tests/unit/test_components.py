@@ -129,33 +129,3 @@ def test_data_eval_and_report_components_chain(tmp_path):
     assert metrics.metadata["conductor/accuracy"] == round(table["rows"][0]["accuracy"], 6)
     assert "| trained Conductor |" in Path(md.path).read_text()
     assert "<html" in Path(html.path).read_text().lower()
-
-
-def test_register_component_promotes_then_keeps(tmp_path, monkeypatch):
-    from components.register import register
-    from conductor_core.pipeline.manifest import ModelManifest
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    (weights / "config.json").write_text('{"model_type": "qwen2"}')
-    model = dsl.Model(name="model", uri=str(tmp_path / "model.json"))
-    ModelManifest(weights_uri=str(weights), stage="recursive", prompt_style="compact").write(
-        model.path
-    )
-    reasons = []
-    for i, accuracy in enumerate((0.7, 0.6)):
-        comparison = out(dsl.Artifact, tmp_path / f"cmp{i}")
-        Path(comparison.path).mkdir()
-        row = {"label": "trained Conductor", "method": "conductor", "accuracy": accuracy}
-        (Path(comparison.path) / "comparison.json").write_text(json.dumps({"rows": [row]}))
-        registered = dsl.Model(name="registered", uri=str(tmp_path / f"registered{i}.json"))
-        reasons.append(
-            register.python_func(
-                model=model, comparison=comparison, registered=registered, model_name="unit-c"
-            )
-        )
-        assert registered.metadata["promoted"] is (i == 0)
-        assert json.loads(Path(registered.path).read_text())["model_version"] == str(i + 1)
-    assert reasons[0].startswith("registered unit-c version 1")
-    assert reasons[1].startswith("kept models:/unit-c@champion on version 1")

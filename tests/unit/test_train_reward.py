@@ -180,6 +180,8 @@ def test_trl_convention_metrics_and_background_loop():
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+        loop.run_until_complete(loop.shutdown_default_executor())  # its worker thread
+        loop.close()
 
 
 def test_recursion_metrics_measure_keeping_right_answers_above_chance():

@@ -1,5 +1,6 @@
 """Format warm-up: synthetic plans are valid with uniformly random workers; the loss covers the
-prompt tokens only when asked; a few steps lower the loss."""
+prompt tokens only when asked (a few training steps lower the loss:
+tests/integration/test_train_warmup.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from conductor_core.train.problems import bundled_train_problems_path
 from conductor_core.train.warmup import (
     KEEP_PLAN,
     encode_example,
-    run_warmup,
     synthetic_plan,
     warmup_texts,
 )
@@ -68,15 +68,3 @@ def test_prompt_loss_switch(tiny):
     assert masked > 0 and labels[masked:] == ids[masked:]
     _, full = encode_example(tok, messages, "model_id = [0]", prompt_loss=True)
     assert full == ids
-
-
-@pytest.mark.slow  # a dozen optimizer steps on the tiny model (4-20 s on 2 shared cores)
-def test_run_warmup_lowers_the_loss(tiny):
-    model, tok = tiny
-    config = build_config(
-        {"warmup": {"steps": 12, "batch_size": 8, "learning_rate": 3e-3}}, profile="tiny"
-    )
-    losses: list[float] = []
-    stats = run_warmup(model, tok, PROBLEMS, 4, config, on_step=lambda i, v: losses.append(v))
-    assert stats["steps"] == 12 and len(losses) == 12
-    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3

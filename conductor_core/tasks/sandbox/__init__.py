@@ -6,7 +6,8 @@ Public API::
     await arun_python(code, *, stdin="", limits=None, files=None) -> SandboxResult
     isolation_report() -> dict
     set_max_concurrency(n)          # bound of arun_python (default: CPU count)
-    SandboxLimits, SandboxResult, SandboxBackend, LocalSandbox, get_backend, set_backend
+    SandboxLimits, SandboxResult, SandboxBackend, LocalSandbox, get_backend, set_backend,
+    close_backend                   # stop the process-wide backend's zygotes
 
 See docs/sandbox.md for what is enforced and how a cluster backend plugs in.
 """
@@ -22,6 +23,7 @@ from conductor_core.errors import ConfigError
 from conductor_core.tasks.sandbox.backend import (
     BACKEND_ENV,
     SandboxBackend,
+    close_backend,
     get_backend,
     set_backend,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "arun_python",
+    "close_backend",
     "get_backend",
     "isolation_report",
     "max_concurrency",

@@ -95,3 +95,14 @@ def set_backend(backend: SandboxBackend | None) -> None:
         raise TypeError("set_backend needs an object with name, run() and report()")
     with _lock:
         _backend = backend
+
+
+def close_backend() -> None:
+    """Close the process-wide backend, if one was chosen (stops what it keeps running, such as
+    the local sandbox's zygotes), and choose again on next use."""
+    global _backend
+    with _lock:
+        backend, _backend = _backend, None
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()

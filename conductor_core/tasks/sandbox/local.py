@@ -161,12 +161,13 @@ class LocalSandbox:
     """Runs programs on this host under the strongest isolation that passes its self-test.
 
     ``isolation`` is ``auto`` (default; or the ``CONDUCTOR_SANDBOX_ISOLATION`` env var) or one
-    of ``bwrap``, ``unshare``, ``rlimits`` to force a mode.
+    of ``bwrap``, ``unshare``, ``rlimits`` to force a mode. ``scratch_dir`` is where modes that
+    stage a program on the host make its private folder (default: the system temp folder).
     """
 
     name = "local"
 
-    def __init__(self, isolation: str | None = None) -> None:
+    def __init__(self, isolation: str | None = None, *, scratch_dir: str | None = None) -> None:
         wanted = (isolation or os.environ.get(ISOLATION_ENV) or "auto").strip().lower()
         if wanted not in ("auto", *ALL_MODES):
             raise ConfigError(
@@ -174,6 +175,7 @@ class LocalSandbox:
                 f"got {wanted!r}"
             )
         self.wanted = wanted
+        self.scratch_dir = scratch_dir
         self._mode: str | None = None
         self._zygotes = None  # ZygotePool, created on first zygote run
         self._probe_failures: dict[str, str] = {}
@@ -244,9 +246,12 @@ class LocalSandbox:
             return self._zygotes
 
     def close(self) -> None:
-        """Stop this backend's idle zygotes (zygote mode); other modes hold nothing."""
-        if self._zygotes is not None:
-            self._zygotes.close()
+        """Stop this backend's zygotes and their spawner thread (zygote mode; the next zygote
+        run starts a new pool); other modes hold nothing."""
+        with self._zygote_lock:
+            zygotes, self._zygotes = self._zygotes, None
+        if zygotes is not None:
+            zygotes.close()
 
     # -- one run ----------------------------------------------------------------------------
     def run(
@@ -274,7 +279,7 @@ class LocalSandbox:
         if mode == "zygote":
             return self._zygote_pool().run(code, stdin, limits, _check_files(files))
         staged = {"main.py": code, **_check_files(files)}
-        host_dir = tempfile.mkdtemp(prefix="conductor-sbx-")
+        host_dir = tempfile.mkdtemp(prefix="conductor-sbx-", dir=self.scratch_dir)
         fds: list[int] = []
         marker_r = marker_w = -1
         start = time.monotonic()

@@ -554,6 +554,7 @@ class ZygotePool:
         self.keep_idle = keep_idle
         self._idle: list[_Zygote] = []
         self._lock = threading.Lock()
+        self._closed = False
         self._spawner = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-zygote")
 
     def _acquire(self) -> _Zygote:
@@ -568,17 +569,22 @@ class ZygotePool:
     def _release(self, z: _Zygote, healthy: bool) -> None:
         if healthy and z.alive():
             with self._lock:
-                if len(self._idle) < self.keep_idle:
+                if not self._closed and len(self._idle) < self.keep_idle:
                     self._idle.append(z)
                     return
         z.close()
 
     def close(self) -> None:
-        """Stop every idle zygote (running ones stop when their run returns)."""
+        """Stop every idle zygote and the spawner thread; running zygotes stop when their run
+        returns. A closed pool starts no zygote: its runs are ``sandbox_error``."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for z in idle:
             z.close()
+        # Zygotes die with the thread that started them (--die-with-parent), so the spawner
+        # ends only once none is idle.
+        self._spawner.shutdown(wait=True)
 
     def run(self, code: str, stdin: str, limits, files: dict[str, str]):
         """Run one program (``limits``: SandboxLimits, ``files`` already validated) and return

@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 LIMITS = SandboxLimits(cpu_s=2, wall_s=5, memory_mb=512, max_processes=16, output_bytes=20_000)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def sb():
+    # Per test: a zygote forks a fresh runner after each run, which a longer-lived sandbox
+    # would leave running past the test.
     box = LocalSandbox("zygote")
     yield box
     box.close()
@@ -140,7 +142,7 @@ def test_adversarial_suite_in_the_other_mode():
             "-q",
             "-p",
             "no:cacheprovider",
-            str(REPO / "tests/unit/test_sandbox_adversarial.py"),
+            str(REPO / "tests/integration/test_sandbox_adversarial.py"),
         ],
         env=env,
         cwd=REPO,

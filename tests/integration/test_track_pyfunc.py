@@ -12,6 +12,7 @@ def test_registered_tiny_model_predicts_and_downloads(tmp_path, monkeypatch):
 
     from conductor_core.policy.tiny import build_tiny_conductor
     from conductor_core.track import load_model_dir, log_and_register_model
+    from conductor_core.track.mlflow_run import tracking_at
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -19,14 +20,12 @@ def test_registered_tiny_model_predicts_and_downloads(tmp_path, monkeypatch):
     model_dir = build_tiny_conductor(
         tmp_path / "tiny", corpus=["model_id = [0, 1]\nsubtasks = ['a', 'b']"] * 40
     )
-    try:
-        uri = log_and_register_model(model_dir, "unit-tiny", alias="candidate")
-        assert uri == "models:/unit-tiny@candidate"
+    uri = log_and_register_model(model_dir, "unit-tiny", alias="candidate")
+    assert uri == "models:/unit-tiny@candidate"
+    with tracking_at():  # the local store under CONDUCTOR_RUNS_DIR
         model = mlflow.pyfunc.load_model(uri)
-        out = model.predict(["What is 2+2?", "Name a colour."], params={"max_new_tokens": 3})
-        local = load_model_dir(uri, tmp_path / "back")
-    finally:
-        mlflow.set_tracking_uri(None)
+    out = model.predict(["What is 2+2?", "Name a colour."], params={"max_new_tokens": 3})
+    local = load_model_dir(uri, tmp_path / "back")
     assert isinstance(out, list) and len(out) == 2
     assert all(isinstance(text, str) for text in out)
     assert (local / "model.safetensors").read_bytes() == (

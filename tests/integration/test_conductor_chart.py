@@ -1,0 +1,699 @@
+"""The conductor Helm chart (the inference service), rendered by helm: ``helm lint --strict``,
+``helm template`` of several value sets validated strictly against the Kubernetes schemas, and what
+the rendered objects must say (GPUs, probes, secrets, the pool the gateway loads), plus the values
+schema's and the templates' refusals. (What can be read from the chart's files without helm:
+tests/unit/test_conductor_chart.py.)
+
+Value sets (``tests/fixtures/chart/``; ``minimal`` is the chart's defaults):
+
+* ``minimal``: gateway + Conductor model from ``models:/conductor@champion``, bundled pool;
+* ``gpu``: a 4-GPU Conductor, tensor parallel 2, runtime class, node selector, tolerations, PVC;
+* ``existing-secrets``: every credential referenced in existing Secrets, MLflow tracing on;
+* ``literal-secrets``: credentials given literally (the chart's own Secret);
+* ``autoscaling``: HPA, percentage PDB, LoadBalancer, ServiceMonitor, restricted ingress;
+* ``workers``: two open-weight workers on vLLM among an API and a simulated worker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.helm import HelmNotFoundError, helm_binary, run_helm
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "conductor"
+FIXTURES = ROOT / "tests" / "fixtures" / "chart"
+K8S_VERSION = "1.33.0"
+RELEASE, NAMESPACE = "rel", "team-a"
+VALUE_SETS = ["minimal", "gpu", "existing-secrets", "literal-secrets", "autoscaling", "workers"]
+CRD_KINDS = {"ServiceMonitor"}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    try:
+        return helm_binary()
+    except HelmNotFoundError as exc:
+        pytest.skip(f"helm not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("helm-home")
+
+
+def value_args(value_set: str) -> list[str]:
+    return [] if value_set == "minimal" else ["-f", str(FIXTURES / f"{value_set}.yaml")]
+
+
+def render(helm: Path, home: Path, *args: str) -> list[dict[str, Any]]:
+    done = run_helm(helm, ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args], home)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def render_error(helm: Path, home: Path, *args: str) -> str:
+    done = run_helm(helm, ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args], home)
+    assert done.returncode != 0, f"rendered although it should not: {args}"
+    return done.stderr
+
+
+@pytest.fixture(scope="module")
+def rendered(helm, home) -> dict[str, list[dict[str, Any]]]:
+    return {name: render(helm, home, *value_args(name)) for name in VALUE_SETS}
+
+
+def objects(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = deployment["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name)
+
+
+def vllm_deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        name: d
+        for name, d in objects(docs, "Deployment").items()
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] in {"conductor-model", "worker"}
+    }
+
+
+def gateway(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return objects(docs, "Deployment")[f"{RELEASE}-conductor"]
+
+
+def option(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in c.get("env") or []}
+
+
+# ---- helm lint and schema-valid manifests ---------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_helm_lint_strict_passes(helm, home, value_set) -> None:
+    done = run_helm(helm, ["lint", "--strict", str(CHART), *value_args(value_set)], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_rendered_manifests_validate_strictly(rendered, value_set) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = rendered[value_set]
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            # No schema for CRDs here: check the shape Prometheus Operator needs.
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+            assert doc["spec"]["selector"] and doc["spec"]["endpoints"]
+            continue
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    broken = dict(gateway(docs))
+    broken["spec"] = {**broken["spec"], "replcas": 2}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_minimal_renders_the_expected_objects(rendered) -> None:
+    kinds = sorted(d["kind"] for d in rendered["minimal"])
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "Service",
+            "Service",
+            "Deployment",
+            "Deployment",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "NetworkPolicy",
+            "Pod",
+        ]
+    )
+    assert not objects(rendered["minimal"], "Secret")  # nothing literal: no Secret of the chart
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_no_service_makes_kubernetes_inject_vllm_variables(rendered, value_set) -> None:
+    docs = rendered[value_set]
+    for name in objects(docs, "Service"):
+        # Service links turn a Service "vllm" into VLLM_PORT, VLLM_SERVICE_HOST, ... in every pod.
+        assert not name.replace("-", "_").upper().startswith("VLLM"), name
+    for deployment in vllm_deployments(docs).values():
+        assert deployment["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+# ---- the Conductor model on vLLM ------------------------------------------------------------
+
+
+def test_minimal_conductor_model(rendered) -> None:
+    docs = rendered["minimal"]
+    model = vllm_deployments(docs)[f"{RELEASE}-conductor-model"]
+    vllm = container(model, "vllm")
+    args = vllm["args"]
+    assert vllm["command"] == ["vllm", "serve"]
+    assert args[0] == "/models/conductor"
+    assert option(args, "--served-model-name") == "conductor"
+    assert option(args, "--tensor-parallel-size") == "1"
+    assert option(args, "--max-model-len") == "8192"
+    assert "--data-parallel-size" not in args and "--pipeline-parallel-size" not in args
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert model["spec"]["strategy"] == {"type": "Recreate"}
+    fetch = container(model, "fetch-weights")
+    assert fetch["command"][:2] == ["python", "-c"]
+    assert "conductor_core.track.registry import load_model_dir" in fetch["command"][2]
+    env = env_of(fetch)
+    assert env["MODEL_URI"]["value"] == "models:/conductor@champion"
+    assert env["MLFLOW_TRACKING_URI"]["value"] == "http://mlflow.mlflow.svc.cluster.local:5000"
+    # the gateway calls this Service, which exists with the port in the URL
+    service = objects(docs, "Service")[f"{RELEASE}-conductor-model"]
+    gw_args = container(gateway(docs), "gateway")["args"]
+    port = service["spec"]["ports"][0]["port"]
+    assert option(gw_args, "--conductor") == f"http://{RELEASE}-conductor-model:{port}/v1"
+    assert option(gw_args, "--conductor-model") == "conductor"
+    assert "--pool" not in gw_args  # no workers given: the bundled simulated pool
+
+
+def test_fetch_script_compiles_and_links_the_model_folder(rendered, tmp_path, monkeypatch) -> None:
+    model = vllm_deployments(rendered["minimal"])[f"{RELEASE}-conductor-model"]
+    script = container(model, "fetch-weights")["command"][2]
+    compile(script, "fetch-weights", "exec")
+    # Run it against a local root: load_model_dir returns the nested folder with config.json.
+    nested = tmp_path / ".download" / "conductor" / "artifacts" / "model"
+    nested.mkdir(parents=True)
+    (nested / "config.json").write_text("{}", encoding="utf-8")
+    import conductor_core.track.registry as registry
+
+    monkeypatch.setattr(registry, "load_model_dir", lambda uri, dst: nested)
+    monkeypatch.setenv("MODEL_URI", "models:/conductor@champion")
+    monkeypatch.setenv("MODEL_KEY", "conductor")
+    monkeypatch.setenv("SKIP_IF_PRESENT", "false")
+    exec(compile(script.replace('"/models"', repr(str(tmp_path))), "fetch", "exec"), {})
+    link = tmp_path / "conductor"
+    assert link.is_symlink() and (link / "config.json").is_file()
+    assert not Path(link.readlink()).is_absolute()  # valid wherever the volume is mounted
+
+
+def test_gpu_values(rendered) -> None:
+    docs = rendered["gpu"]
+    model = vllm_deployments(docs)[f"{RELEASE}-conductor-model"]
+    pod = model["spec"]["template"]["spec"]
+    vllm = container(model, "vllm")
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert vllm["resources"]["requests"]["nvidia.com/gpu"] == 4
+    assert option(vllm["args"], "--tensor-parallel-size") == "2"
+    assert option(vllm["args"], "--data-parallel-size") == "2"  # 4 GPUs / TP 2
+    assert option(vllm["args"], "--served-model-name") == "conductor-7b"
+    assert vllm["image"] == "vllm/vllm-openai:v0.28.0"  # the tag overridden, the rest kept
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+    ]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    claim = volumes["models"]["persistentVolumeClaim"]["claimName"]
+    pvc = objects(docs, "PersistentVolumeClaim")[claim]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    assert pvc["spec"]["storageClassName"] == "premium-rwo"
+    assert env_of(container(model, "fetch-weights"))["SKIP_IF_PRESENT"]["value"] == "true"
+    assert option(container(gateway(docs), "gateway")["args"], "--conductor-model") == (
+        "conductor-7b"
+    )
+
+
+def test_pipeline_parallelism_takes_the_remaining_gpus(helm, home) -> None:
+    docs = render(
+        helm,
+        home,
+        "-f",
+        str(FIXTURES / "gpu.yaml"),
+        "--set",
+        "conductorModel.remainingGpusAs=pipeline",
+    )
+    args = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "vllm")["args"]
+    assert option(args, "--pipeline-parallel-size") == "2"
+    assert "--data-parallel-size" not in args
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_vllm_server_has_memory_shm_and_health_probes(rendered, value_set) -> None:
+    for deployment in vllm_deployments(rendered[value_set]).values():
+        pod = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+        vllm = container(deployment, "vllm")
+        mounts = {m["mountPath"]: m["name"] for m in vllm["volumeMounts"]}
+        assert mounts["/dev/shm"] == "dshm"
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert vllm[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        assert vllm["resources"]["limits"]["nvidia.com/gpu"] >= 1
+
+
+def test_startup_probe_budget_covers_model_loading_and_is_configurable(rendered, helm, home):
+    vllm = container(vllm_deployments(rendered["minimal"])[f"{RELEASE}-conductor-model"], "vllm")
+    probe = vllm["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 20 * 60
+    docs = render(
+        helm,
+        home,
+        "--set",
+        "vllm.startupProbe.failureThreshold=360",
+        "--set",
+        "vllm.startupProbe.periodSeconds=15",
+    )
+    probe = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "vllm")["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 90 * 60
+
+
+# ---- the gateway -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_gateway_runs_conductor_serve_with_real_options(rendered, value_set) -> None:
+    from conductor_core.cli.serve import command
+
+    gw = container(gateway(rendered[value_set]), "gateway")
+    assert gw["command"] == ["conductor"] and gw["args"][0] == "serve"
+    # click parses the arguments exactly as `conductor serve` would (unknown options fail)
+    ctx = command.make_context("serve", list(gw["args"][1:]))
+    assert ctx.params["host"] == "0.0.0.0" and ctx.params["port"] == 8000
+    assert str(ctx.params["config_path"]) == "/etc/conductor/gateway.yaml"
+    assert gw["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    mounts = {m["mountPath"] for m in gw["volumeMounts"]}
+    assert "/etc/conductor/gateway.yaml" in mounts
+    if ctx.params["pool_path"] is not None:
+        assert str(ctx.params["pool_path"]) in mounts
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_gateway_config_file_is_a_valid_gateway_config(rendered, value_set) -> None:
+    from conductor_core.serve.config import GatewayConfig
+
+    docs = rendered[value_set]
+    data = yaml.safe_load(
+        objects(docs, "ConfigMap")[f"{RELEASE}-conductor-gateway"]["data"]["gateway.yaml"]
+    )
+    config = GatewayConfig.model_validate(data)
+    pod = gateway(docs)["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > config.drain_timeout_s
+    assert pod["containers"][0]["readinessProbe"]["timeoutSeconds"] > config.readiness_timeout_s
+    if config.api_keys_file:
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts[str(Path(config.api_keys_file).parent)] == "api-keys"
+
+
+def test_autoscaling_values(rendered) -> None:
+    docs = rendered["autoscaling"]
+    hpa = objects(docs, "HorizontalPodAutoscaler")[f"{RELEASE}-conductor"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": f"{RELEASE}-conductor",
+    }
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
+    targets = {m["resource"]["name"]: m["resource"]["target"] for m in hpa["spec"]["metrics"]}
+    assert targets["cpu"]["averageUtilization"] == 60
+    assert targets["memory"]["averageUtilization"] == 80
+    assert "replicas" not in gateway(docs)["spec"]  # the HPA owns the replica count
+    pdb = objects(docs, "PodDisruptionBudget")[f"{RELEASE}-conductor"]
+    assert pdb["spec"]["minAvailable"] == "50%" and "maxUnavailable" not in pdb["spec"]
+    assert objects(docs, "Service")[f"{RELEASE}-conductor"]["spec"]["type"] == "LoadBalancer"
+    monitor = objects(docs, "ServiceMonitor")[f"{RELEASE}-conductor"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert {e["path"] for e in monitor["spec"]["endpoints"]} == {"/metrics"}
+    assert not objects(rendered["minimal"], "HorizontalPodAutoscaler")
+    assert gateway(rendered["minimal"])["spec"]["replicas"] == 2
+    assert not objects(rendered["minimal"], "ServiceMonitor")
+
+
+def test_network_policies(rendered) -> None:
+    for value_set in ("minimal", "autoscaling"):
+        docs = rendered[value_set]
+        policies = objects(docs, "NetworkPolicy")
+        models = policies[f"{RELEASE}-conductor-models"]["spec"]
+        selected = {e["key"]: e["values"] for e in models["podSelector"]["matchExpressions"]}
+        assert selected["app.kubernetes.io/component"] == ["conductor-model", "worker"]
+        peers = models["ingress"][0]["from"]
+        assert peers[0] == {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "conductor",
+                    "app.kubernetes.io/instance": RELEASE,
+                    "app.kubernetes.io/component": "gateway",
+                }
+            }
+        }
+        gateway_rules = policies[f"{RELEASE}-conductor"]["spec"]["ingress"]
+        assert gateway_rules[0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    # minimal: the gateway is open and only the gateway reaches the models
+    assert (
+        "from"
+        not in objects(rendered["minimal"], "NetworkPolicy")[f"{RELEASE}-conductor"]["spec"][
+            "ingress"
+        ][0]
+    )
+    models = objects(rendered["minimal"], "NetworkPolicy")[f"{RELEASE}-conductor-models"]
+    assert len(models["spec"]["ingress"][0]["from"]) == 1
+    # restricted: the given peers plus the helm test pod; models also from monitoring
+    gw_from = objects(rendered["autoscaling"], "NetworkPolicy")[f"{RELEASE}-conductor"]["spec"][
+        "ingress"
+    ][0]["from"]
+    assert gw_from[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "apps"}
+    assert gw_from[1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"
+    models = objects(rendered["autoscaling"], "NetworkPolicy")[f"{RELEASE}-conductor-models"]
+    assert len(models["spec"]["ingress"][0]["from"]) == 2
+
+
+def test_helm_test_pod_lists_models_through_the_gateway(rendered) -> None:
+    pod = objects(rendered["literal-secrets"], "Pod")[f"{RELEASE}-conductor-test-models"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    c = pod["spec"]["containers"][0]
+    script = c["command"][2]
+    compile(script, "helm-test", "exec")
+    assert "/v1/models" in script
+    env = env_of(c)
+    assert env["GATEWAY_URL"]["value"] == f"http://{RELEASE}-conductor:8000"
+    assert env["MODEL_NAME"]["value"] == "conductor"
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == f"{RELEASE}-conductor-secrets"
+
+
+# ---- secrets --------------------------------------------------------------------------------
+
+
+def test_existing_secrets_are_referenced_by_name(rendered) -> None:
+    docs = rendered["existing-secrets"]
+    assert not objects(docs, "Secret")
+    pod = gateway(docs)["spec"]["template"]["spec"]
+    gw = pod["containers"][0]
+    env = env_of(gw)
+    assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "conductor-api-keys",
+        "key": "OPENAI_API_KEY",
+    }
+    assert env["ANTHROPIC_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "conductor-api-keys"
+    # tracing on: the gateway reaches MLflow and S3 with the existing credentials
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+        "name": "conductor-s3",
+        "key": "AWS_ACCESS_KEY_ID",
+    }
+    assert env["MLFLOW_S3_ENDPOINT_URL"]["value"] == "http://minio.minio.svc:9000"
+    assert {"secretRef": {"name": "mlflow-credentials"}} in gw["envFrom"]
+    keys = {v["name"]: v for v in pod["volumes"]}["api-keys"]["secret"]
+    assert keys["secretName"] == "gateway-client-keys"
+    assert keys["items"] == [{"key": "keys.txt", "path": "api-keys"}]
+    fetch = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "fetch-weights")
+    fetch_env = env_of(fetch)
+    assert fetch_env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "conductor-s3",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
+    assert fetch_env["AWS_ENDPOINT_URL_S3"]["value"] == "http://minio.minio.svc:9000"
+    # No literal credential anywhere in the output.
+    assert "sk-" not in json.dumps(docs)
+
+
+def test_literal_secrets_go_into_the_charts_secret(rendered) -> None:
+    docs = rendered["literal-secrets"]
+    secret = objects(docs, "Secret")[f"{RELEASE}-conductor-secrets"]
+    data = secret["stringData"]
+    assert [line for line in data["api-keys"].splitlines() if line] == [
+        "sk-client-key-one",
+        "sk-client-key-two",
+    ]
+    assert data["OPENAI_API_KEY"] == "sk-openai-literal"
+    assert data["AWS_ACCESS_KEY_ID"] == "AKIAEXAMPLE"
+    # ... and nowhere else
+    others = [d for d in docs if d["kind"] != "Secret"]
+    assert "sk-openai-literal" not in json.dumps(others)
+    assert "sk-client-key-one" not in json.dumps(others)
+    pod = gateway(docs)["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": f"{RELEASE}-conductor-secrets",
+        "key": "OPENAI_API_KEY",
+    }
+    assert "AWS_ACCESS_KEY_ID" not in env  # not tracing: the gateway needs no S3 access
+    keys = {v["name"]: v for v in pod["volumes"]}["api-keys"]["secret"]
+    assert keys["secretName"] == f"{RELEASE}-conductor-secrets"
+    fetch = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "fetch-weights")
+    assert env_of(fetch)["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == (
+        f"{RELEASE}-conductor-secrets"
+    )
+    # the pods roll when the Secret changes
+    assert "checksum/secret" in gateway(docs)["spec"]["template"]["metadata"]["annotations"]
+
+
+# ---- the pool -------------------------------------------------------------------------------
+
+
+def test_pool_configmap_parses_and_points_at_the_in_chart_workers(rendered) -> None:
+    from conductor_core.workers.config import parse_pool
+
+    docs = rendered["workers"]
+    text = objects(docs, "ConfigMap")[f"{RELEASE}-conductor-pool"]["data"]["pool.yaml"]
+    pool = parse_pool(yaml.safe_load(text), origin="pool ConfigMap")
+    assert [w.name for w in pool.workers] == ["gpt", "qwen-coder", "llama", "sim-generalist"]
+    services = objects(docs, "Service")
+    servers = vllm_deployments(docs)
+    for worker in pool.workers[1:3]:
+        name = f"{RELEASE}-conductor-worker-{worker.name}"
+        port = services[name]["spec"]["ports"][0]["port"]
+        assert worker.provider == "openai"
+        assert worker.endpoint == f"http://{name}:{port}/v1"
+        assert worker.api_key_env is None  # vLLM needs no key
+        args = container(servers[name], "vllm")["args"]
+        assert option(args, "--served-model-name") == worker.model
+    assert pool.workers[1].model == "qwen2.5-coder-7b" and pool.workers[1].concurrency == 32
+    assert pool.workers[2].model == "llama"
+    assert pool.workers[0].endpoint == "https://api.openai.com/v1"
+    assert pool.retry.backoff_base_s == 1.0
+    # a Hugging Face source is pulled by vLLM itself (with the token); s3:// by the fetcher
+    qwen = servers[f"{RELEASE}-conductor-worker-qwen-coder"]
+    assert container(qwen, "vllm")["args"][0] == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    assert "initContainers" not in qwen["spec"]["template"]["spec"]
+    assert env_of(container(qwen, "vllm"))["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == (
+        "HF_TOKEN"
+    )
+    llama = servers[f"{RELEASE}-conductor-worker-llama"]
+    assert container(llama, "vllm")["args"][0] == "/models/llama"
+    assert option(container(llama, "vllm")["args"], "--tensor-parallel-size") == "4"
+    assert container(llama, "vllm")["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert env_of(container(llama, "fetch-weights"))["MODEL_URI"]["value"].startswith("s3://")
+    assert llama["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
+    }
+    gw = container(gateway(docs), "gateway")
+    assert option(gw["args"], "--pool") == "/etc/conductor/pool.yaml"
+
+
+# ---- refusals: schema and template checks ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--set", "conductorModel.gpu.count=0"], "count"),
+        (["--set", "gateway.image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["--set", "vllm.fetcher.image.pullPolicy=always"], "pullPolicy"),
+        (["--set", "conductorModel.tensorParallelSize=3"], "tensorParallelSize"),
+        (["--set", "gateway.service.type=ExternalName"], "type"),
+        (["--set", "gateway.replcaCount=3"], "replcaCount"),
+        (["--set", "conductorModel.remainingGpusAs=expert"], "remainingGpusAs"),
+        (["--set", "gateway.config.api_keys_file=/x"], "api_keys_file"),
+        (
+            ["--set", "apiKeys.keys[0]=sk-literal-key", "--set", "apiKeys.existingSecret=keys"],
+            "keys",
+        ),
+        (
+            [
+                "--set",
+                "providerKeys[0].name=OPENAI_API_KEY",
+                "--set",
+                "providerKeys[0].value=sk-1",
+                "--set",
+                "providerKeys[0].existingSecret=s",
+                "--set",
+                "providerKeys[0].key=k",
+            ],
+            "providerKeys",
+        ),
+        (
+            [
+                "--set",
+                "pool.workers[0].name=Bad_Name",
+                "--set",
+                "pool.workers[0].deploy.source=x/y",
+            ],
+            "name",
+        ),
+    ],
+)
+def test_values_schema_rejects_bad_values(helm, home, args, named) -> None:
+    error = render_error(helm, home, *args)
+    assert "values don't meet the specifications of the schema" in error, error
+    assert named in error, error
+
+
+def test_tensor_parallel_size_must_divide_the_gpu_count(helm, home) -> None:
+    # TP 8 passes the schema's enum of powers of two; the template's check refuses it.
+    error = render_error(
+        helm,
+        home,
+        "--set",
+        "conductorModel.gpu.count=4",
+        "--set",
+        "conductorModel.tensorParallelSize=8",
+    )
+    assert "schema" not in error
+    assert "conductorModel: tensorParallelSize 8 must divide gpu.count 4" in error
+    error = render_error(
+        helm,
+        home,
+        "-f",
+        str(FIXTURES / "workers.yaml"),
+        "--set",
+        "pool.workers[2].deploy.tensorParallelSize=8",
+    )
+    assert "pool.workers[2].deploy: tensorParallelSize 8 must divide gpu.count 4" in error
+    render(
+        helm,
+        home,
+        "--set",
+        "conductorModel.gpu.count=8",
+        "--set",
+        "conductorModel.tensorParallelSize=8",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [
+                "--set",
+                "pool.workers[0].provider=openai",
+                "--set",
+                "pool.workers[0].model=m",
+                "--set",
+                "pool.workers[0].endpoint=https://api.example.com/v1",
+                "--set",
+                "pool.workers[0].api_key_env=EXAMPLE_KEY",
+            ],
+            "reads its key from EXAMPLE_KEY: add",
+        ),
+        (
+            ["--set", "gateway.terminationGracePeriodSeconds=20"],
+            "must exceed gateway.config.drain_timeout_s",
+        ),
+        (["--set", "conductorModel.enabled=false"], "set gateway.conductor"),
+        (
+            [
+                "--set",
+                "gateway.autoscaling.enabled=true",
+                "--set",
+                "gateway.autoscaling.minReplicas=5",
+                "--set",
+                "gateway.autoscaling.maxReplicas=2",
+            ],
+            "minReplicas 5 exceeds maxReplicas 2",
+        ),
+        (["--set", "mlflow.trackingUri="], "set mlflow.trackingUri"),
+        (
+            ["-f", str(FIXTURES / "workers.yaml"), "--set", "pool.workers[2].name=qwen-coder"],
+            "used twice",
+        ),
+        (
+            [
+                "-f",
+                str(FIXTURES / "workers.yaml"),
+                "--set",
+                "pool.workers[1].endpoint=http://elsewhere/v1",
+            ],
+            "remove endpoint",
+        ),
+    ],
+)
+def test_template_checks_name_the_value_and_the_fix(helm, home, args, message) -> None:
+    assert message in render_error(helm, home, *args)
+
+
+def test_external_conductor_without_a_model_server(helm, home) -> None:
+    docs = render(
+        helm,
+        home,
+        "--set",
+        "conductorModel.enabled=false",
+        "--set",
+        "gateway.conductor=https://conductor.example.com/v1",
+        "--set",
+        "gateway.conductorModel=conductor-7b",
+        "--set",
+        "gateway.conductorKeyEnv=CONDUCTOR_KEY",
+        "--set",
+        "providerKeys[0].name=CONDUCTOR_KEY",
+        "--set",
+        "providerKeys[0].value=sk-conductor",
+    )
+    assert not vllm_deployments(docs)
+    args = container(gateway(docs), "gateway")["args"]
+    assert option(args, "--conductor") == "https://conductor.example.com/v1"
+    assert option(args, "--conductor-model") == "conductor-7b"
+    assert option(args, "--conductor-key-env") == "CONDUCTOR_KEY"
+
+
+def render_notes(helm: Path, home: Path, tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` would print it (helm template skips it: render a copy of the
+    chart in which it is a named template shown through a ConfigMap)."""
+    import shutil
+
+    chart = tmp_path / "conductor"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text(
+        '{{- define "test.notes" -}}\n' + notes + "\n{{- end -}}\n", encoding="utf-8"
+    )
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data: {notes: {{ include "test.notes" . | quote }}}\n',
+        encoding="utf-8",
+    )
+    done = run_helm(
+        helm,
+        ["template", RELEASE, str(chart), "-n", NAMESPACE, "-s", "templates/notes.yaml", *args],
+        home,
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)["data"]["notes"]
+
+
+def test_notes_say_how_to_reach_the_gateway_and_warn_when_open(helm, home, tmp_path) -> None:
+    notes = render_notes(helm, home, tmp_path / "a")
+    assert f"svc/{RELEASE}-conductor 8000:8000" in notes
+    assert "bundled SIMULATED pool" in notes
+    assert "gateway is OPEN" in notes
+    notes = render_notes(
+        helm,
+        home,
+        tmp_path / "b",
+        "-f",
+        str(FIXTURES / "workers.yaml"),
+        "-f",
+        str(FIXTURES / "literal-secrets.yaml"),
+    )
+    assert "OPEN" not in notes and "Authorization: Bearer" in notes
+    assert f"ConfigMap {RELEASE}-conductor-pool" in notes
