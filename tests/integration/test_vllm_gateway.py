@@ -17,6 +17,7 @@ When the venv cannot be installed or the server cannot start (no package index, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -116,6 +117,7 @@ def structured_gateway(vllm_stack: Stack, pool) -> Iterator[str]:
         GatewayConfig(request_timeout_s=120), pool=pool, plan_source=_source(vllm_stack, True)
     )
     with running_app(app, lifespan="on", startup_timeout_s=30) as url:
+        _first_request(url)
         yield url
 
 
@@ -126,7 +128,18 @@ def free_gateway(vllm_stack: Stack, pool) -> Iterator[str]:
         GatewayConfig(request_timeout_s=120), pool=pool, plan_source=_source(vllm_stack, False)
     )
     with running_app(app, lifespan="on", startup_timeout_s=30) as url:
+        _first_request(url)
         yield url
+
+
+def _first_request(url: str) -> None:
+    """One chat completion, so that what the gateway starts for its first workflow (its event
+    loop's worker thread) belongs to the session fixture, not to the first test."""
+    with (
+        openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as c,
+        contextlib.suppress(openai.APIError),
+    ):
+        c.chat.completions.create(model="conductor", messages=_messages(QUESTIONS[0]))
 
 
 def _messages(question: str) -> list[dict[str, str]]:

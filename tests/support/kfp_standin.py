@@ -30,8 +30,10 @@ Everything received is recorded in :attr:`KfpStandIn.requests` (headers without 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -161,6 +163,7 @@ class KfpStandIn:
         self.runs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -174,13 +177,23 @@ class KfpStandIn:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 return
 
+            def setup(self) -> None:
+                super().setup()
+                with standin._lock:
+                    standin._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with standin._lock:
+                    standin._connections.discard(self.connection)
+                super().finish()
+
             def _handle(self) -> None:
                 standin._dispatch(self)
 
             do_GET = do_POST = do_DELETE = do_PATCH = _handle
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server.daemon_threads = False  # server_close joins the request threads
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -189,6 +202,12 @@ class KfpStandIn:
         """Stop listening."""
         if self._server is not None:
             self._server.shutdown()
+            # Keep-alive connections the client still holds: end them, so their threads end.
+            with self._lock:
+                connections = list(self._connections)
+            for conn in connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
             self._server.server_close()
             self._server = None
 

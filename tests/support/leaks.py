@@ -22,8 +22,9 @@ GRACE_S = 3.0
 # Set by pytest itself, per phase.
 _PYTEST_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 # Threads that libraries start once and keep for the whole process, with no public way to stop
-# them: MLflow's pool for local artifact copies, tqdm's one monitor thread for all progress bars.
-LIBRARY_THREADS = ("MlflowLocalArtifactRepository", "tqdm_monitor")
+# them: MLflow's pools for artifact copies and uploads (one per artifact repository class),
+# tqdm's one monitor thread for all progress bars.
+LIBRARY_THREADS = ("MlflowLocalArtifactRepository", "MlflowS3ArtifactRepository", "tqdm_monitor")
 _POLL_S = 0.05
 
 
