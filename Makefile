@@ -4,10 +4,10 @@ test:
 	bash scripts/setup.sh
 	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider -n auto --dist loadfile --durations=15
 
-# The unit tests: fast and pure by the rule tests/conftest.py enforces; under a minute on 2 cores.
+# The unit tests, fast and pure by the rule tests/conftest.py enforces, one worker per core.
 test-fast:
 	test -x .venv/bin/python || bash scripts/setup.sh
-	.venv/bin/python -m pytest -q -m unit -p no:cacheprovider tests/unit
+	.venv/bin/python -m pytest -q -m unit -p no:cacheprovider -n auto tests/unit
 
 lint:
 	.venv/bin/ruff check .

@@ -33,6 +33,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         base_steps: int = 0,
         adaptive_steps: int = 0,
         recursive_steps: int = 0,
+        warmup_steps: int = 0,
         launcher: str = "pod",
         artifact_root: str = "",
         tracking_uri: str = "",
@@ -56,6 +57,8 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             base_steps: GRPO steps of the base stage; 0 keeps the profile's.
             adaptive_steps: Steps of the adaptive-pool fine-tune; 0 keeps the profile's.
             recursive_steps: Steps of the recursive fine-tune; 0 keeps the profile's.
+            warmup_steps: Steps of the format warm-up before a stage that has one (the tiny
+                profile's base stage); 0 keeps the profile's.
             launcher: Where training runs: `pod` (this task's GPU pod) or `trainjob` (a
                 Kubeflow Trainer TrainJob across nodes).
             artifact_root: Where checkpoints, models and reports go: `s3://bucket/prefix` or a
@@ -86,6 +89,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             base_steps=base_steps,
             adaptive_steps=adaptive_steps,
             recursive_steps=recursive_steps,
+            warmup_steps=warmup_steps,
         ).set_display_name("check parameters")
         tracked = {"run_id": run_id, "pipeline": NAME, "tracking_uri": tracking_uri}
         data = curate(curation_config=curation_config, **tracked).after(checked)
@@ -108,6 +112,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 dataset=data.outputs["dataset"],
                 pool=pool,
                 steps=steps,
+                warmup_steps=warmup_steps,
                 launcher=launcher,
                 artifact_root=artifact_root,
                 task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,

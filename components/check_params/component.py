@@ -18,9 +18,11 @@ def check_params(
     base_steps: int,
     adaptive_steps: int,
     recursive_steps: int,
+    warmup_steps: int = 0,
 ) -> str:
     """Check the run's parameters (profile, launcher, metric, baselines, pool, curation config,
-    shard counts, step counts) and stop the run with one line naming every bad one."""
+    shard counts, step and warm-up step counts) and stop the run with one line naming every bad
+    one."""
     from conductor_core.pipeline.params import check_training_params
 
     checked = check_training_params(
@@ -32,6 +34,11 @@ def check_params(
         curation_config=curation_config,
         eval_shards=eval_shards,
         eval_parallelism=eval_parallelism,
-        steps={"base": base_steps, "adaptive": adaptive_steps, "recursive": recursive_steps},
+        steps={
+            "base": base_steps,
+            "adaptive": adaptive_steps,
+            "recursive": recursive_steps,
+            "warmup": warmup_steps,
+        },
     )
     return ", ".join(f"{k}={v}" for k, v in checked.items())

@@ -28,6 +28,7 @@ def train_config(
     output_dir: str | Path,
     init_from: str | None = None,
     steps: int = 0,
+    warmup_steps: int = 0,
     checkpoint_dir: str | None = None,
     model_uri: str | None = None,
     tracking_uri: str | None = None,
@@ -35,7 +36,8 @@ def train_config(
     run_name: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Any:
-    """The :class:`~conductor_core.train.config.StageConfig` of one pipeline training step."""
+    """The :class:`~conductor_core.train.config.StageConfig` of one pipeline training step
+    (``steps``, ``warmup_steps``: 0 keeps the profile's)."""
     from conductor_core.configfiles import deep_merge
     from conductor_core.train.config import build_config
 
@@ -63,6 +65,8 @@ def train_config(
             data[key] = value
     if checkpoint_dir:
         data["checkpoint"] = {"dir": checkpoint_dir}
+    if warmup_steps:
+        data["warmup"] = {"steps": warmup_steps}
     data = deep_merge(data, overrides or {})
     return build_config(data, stage=stage, profile=profile, origin=f"pipeline step {stage}")
 
@@ -77,6 +81,7 @@ def train_step(
     pool: str = "bundled",
     init_manifest: str | Path | None = None,
     steps: int = 0,
+    warmup_steps: int = 0,
     launcher: str = "pod",
     task_id: str = "",
     root: str = "",
@@ -111,6 +116,7 @@ def train_step(
         "dataset_dir": dataset_dir,
         "pool": pool,
         "steps": steps,
+        "warmup_steps": warmup_steps,
         "tracking_uri": tracking_uri,
         "parent_run_id": parent,
         "run_name": stage,

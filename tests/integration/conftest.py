@@ -231,3 +231,14 @@ def mlflow_env(
         yield mlflow_server
         while mlflow.active_run() is not None:
             mlflow.end_run()
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary (tests/support/helm.py); skips the test where there is none."""
+    from tests.support.helm import HelmNotFoundError, helm_binary
+
+    try:
+        return helm_binary()
+    except HelmNotFoundError as exc:
+        pytest.skip(f"helm not available: {exc}")

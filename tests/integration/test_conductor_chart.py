@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helm import HelmNotFoundError, helm_binary, run_helm
+from tests.support.helm import run_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "conductor"
@@ -32,14 +32,6 @@ K8S_VERSION = "1.33.0"
 RELEASE, NAMESPACE = "rel", "team-a"
 VALUE_SETS = ["minimal", "gpu", "existing-secrets", "literal-secrets", "autoscaling", "workers"]
 CRD_KINDS = {"ServiceMonitor"}
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmNotFoundError as exc:
-        pytest.skip(f"helm not available: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helm import HelmNotFoundError, helm_binary, run_helm
+from tests.support.helm import run_helm
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "conductor-training-rbac"
 K8S_VERSION = "1.33.0"
@@ -28,14 +28,6 @@ LAUNCHER_CALLS = [
     ("", "pods", "list"),
     ("", "pods/log", "get"),
 ]
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmNotFoundError as exc:
-        pytest.skip(f"helm not available: {exc}")
 
 
 def template(helm: Path, home: Path, *args: str) -> list[dict[str, Any]]:

@@ -185,3 +185,13 @@ def test_eval_shard_and_aggregate_on_the_held_out_split(tmp_path):
     assert len(lines) == 2 * 20
     with pytest.raises(ConductorError, match="no records"):
         aggregate_step([tmp_path / "empty"], tmp_path / "agg2", log=lambda _: None)
+
+
+def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):
+    from conductor_core.pipeline.train_steps import train_config
+
+    common = {"stage": "base", "profile": "tiny", "dataset_dir": tmp_path, "pool": "bundled"}
+    kept = train_config(**common, output_dir=tmp_path / "a")
+    short = train_config(**common, output_dir=tmp_path / "b", warmup_steps=10)
+    assert kept.warmup.enabled and kept.warmup.steps == 300
+    assert short.warmup.enabled and short.warmup.steps == 10
