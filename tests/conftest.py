@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +83,12 @@ SESSION_ENV = {
 def pytest_configure(config: pytest.Config) -> None:
     for key, value in SESSION_ENV.items():
         os.environ.setdefault(key, value)
+    # The local MLflow store and runs a test falls back to (conductor_core.track: ./runs by
+    # default) go to a folder of this session, never into the checkout.
+    if "CONDUCTOR_RUNS_DIR" not in os.environ:
+        runs = tempfile.mkdtemp(prefix="conductor-test-runs-")
+        os.environ["CONDUCTOR_RUNS_DIR"] = runs
+        config.add_cleanup(lambda: shutil.rmtree(runs, ignore_errors=True))
     purity.install()
 
 
