@@ -108,15 +108,22 @@ def _restore_tracking_state(state: tuple[str | None, str | None]) -> None:
 
 
 @contextmanager
+def _tracking_kept() -> Iterator[None]:
+    """MLflow's tracking URI and ``$MLFLOW_TRACKING_URI`` after the block are what they were."""
+    state = _tracking_state()
+    try:
+        yield
+    finally:
+        _restore_tracking_state(state)
+
+
+@contextmanager
 def tracking_at(uri: str | None = None) -> Iterator[Any]:
     """Point MLflow at ``uri`` (default :func:`tracking_uri`) within the block and yield the
     ``mlflow`` module; afterwards its process-wide tracking URI and ``$MLFLOW_TRACKING_URI`` are
     what they were before."""
-    state = _tracking_state()
-    try:
+    with _tracking_kept():
         yield configure(uri)
-    finally:
-        _restore_tracking_state(state)
 
 
 def restores_tracking_uri(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,21 +134,15 @@ def restores_tracking_uri(func: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(func)
         def generator(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            state = _tracking_state()
-            try:
+            with _tracking_kept():
                 return (yield from func(*args, **kwargs))
-            finally:
-                _restore_tracking_state(state)
 
         return generator
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        state = _tracking_state()
-        try:
+        with _tracking_kept():
             return func(*args, **kwargs)
-        finally:
-            _restore_tracking_state(state)
 
     return call
 

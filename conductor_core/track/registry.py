@@ -61,9 +61,9 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
-@restores_tracking_uri
 def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
-    """Log and register in the active run; returns (model URI of the logged model, version)."""
+    """Log and register in the active run; returns (model URI of the logged model, version).
+    Its callers restore the tracking URI."""
     mlflow = configure(uri)
     from mlflow.models import infer_signature
 
