@@ -63,12 +63,42 @@ def gateway_config(
     "from $CONDUCTOR_API_KEYS. None at all: the gateway is open.",
 )
 @click.option("--rounds", default=None, type=int, help="Default Conductor rounds per request.")
-@click.option("--max-tokens", default=None, type=int, help="Default token budget per request.")
-@click.option("--max-cost", default=None, type=float, help="Default dollar budget per request.")
-@click.option("--deadline", default=None, type=float, help="Default seconds budget per request.")
+@click.option(
+    "--max-tokens",
+    default=None,
+    type=int,
+    help="Worker-token budget per request: the default and the most a request may ask.",
+)
+@click.option(
+    "--max-cost",
+    default=None,
+    type=float,
+    help="Dollar budget per request: the default and the most a request may ask.",
+)
+@click.option(
+    "--deadline",
+    default=None,
+    type=float,
+    help="Seconds budget per request: the default and the most a request may ask.",
+)
 @click.option("--request-timeout", default=None, type=float, help="Seconds before a 504 [300].")
 @click.option(
-    "--rate-limit-per-minute", default=None, type=float, help="Requests per minute per key."
+    "--rate-limit-per-minute",
+    default=None,
+    type=float,
+    help="Requests per minute per key; failed authentications per client address too.",
+)
+@click.option(
+    "--max-concurrent-requests",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Chat completions in flight at once; more: 429 [256; null in --config: no limit].",
+)
+@click.option(
+    "--max-concurrent-requests-per-key",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Chat completions in flight at once per key (per address when open) [64].",
 )
 @click.option("--trace-sample-rate", default=None, type=float, help="Share traced to MLflow.")
 @click.option(
@@ -99,6 +129,8 @@ def command(
     deadline: float | None,
     request_timeout: float | None,
     rate_limit_per_minute: float | None,
+    max_concurrent_requests: int | None,
+    max_concurrent_requests_per_key: int | None,
     trace_sample_rate: float | None,
     log_level: str,
 ) -> None:
@@ -131,6 +163,8 @@ def command(
             "deadline_s": deadline,
             "request_timeout_s": request_timeout,
             "rate_limit_per_minute": rate_limit_per_minute,
+            "max_concurrent_requests": max_concurrent_requests,
+            "max_concurrent_requests_per_key": max_concurrent_requests_per_key,
             "trace_sample_rate": trace_sample_rate,
         },
     )

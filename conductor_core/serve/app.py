@@ -1,11 +1,13 @@
 """The gateway's FastAPI app: thin routes over :class:`~conductor_core.serve.serving.
 ConductorServing`, built once per lifespan.
 
-Routes: ``POST /v1/chat/completions`` and ``GET /v1/models`` (API key and rate limit), ``GET
-/healthz`` (the process is alive), ``GET /readyz`` (the plan source and the pool's endpoints
-answer), ``GET /metrics`` (Prometheus text). Every error is an OpenAI error object with the right
-status. Every response carries ``X-Request-ID`` (the client's, when it sent a sane one) and every
-request is logged once (JSON when the CLI configured it) without keys or bodies.
+Routes: ``POST /v1/chat/completions`` and ``GET /v1/models`` (API key and rate limit; chat
+completions also under the global and per-key concurrency limits), ``GET /healthz`` (the process
+is alive), ``GET /readyz`` (the plan source and the pool's endpoints answer), ``GET /metrics``
+(Prometheus text). Every error is an OpenAI error object with the right status, and
+``x-should-retry: false`` when sending the same request again cannot succeed. Every response
+carries ``X-Request-ID`` (the client's, when it sent a sane one) and every request is logged
+once (JSON when the CLI configured it) without keys or bodies.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the handlers' real annotations, and
@@ -20,10 +22,18 @@ from typing import Any
 
 from conductor_core.errors import require
 from conductor_core.policy.base import PlanSource
-from conductor_core.serve.auth import ApiKeyAuth, TokenBucketLimiter, load_api_keys
+from conductor_core.serve.auth import (
+    ApiKeyAuth,
+    ConcurrencyLimiter,
+    TokenBucketLimiter,
+    load_api_keys,
+)
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.metrics import GatewayMetrics
 from conductor_core.serve.protocol import (
+    RETRYABLE_STATUSES,
+    SHOULD_RETRY_HEADER,
+    UNSUPPORTED_PARAMETERS,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ErrorResponse,
@@ -43,6 +53,9 @@ access_logger = logging.getLogger("conductor.gateway.access")
 REQUEST_ID_HEADER = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ROUTES = ("/v1/chat/completions", "/v1/models", "/healthz", "/readyz", "/metrics")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The HTTP methods counted under their own name; any other is counted as ``other``, so that a
+client cannot create metric series (or log fields) at will."""
 
 
 class RequestContextMiddleware:
@@ -105,6 +118,7 @@ class RequestContextMiddleware:
             path = scope.get("path", "")
             route = path if path in _ROUTES else "other"
             method = scope.get("method", "")
+            method = method if method in _METHODS else "other"
             self.metrics.observe_request(route, method, status, seconds)
             state = scope.get("state", {})
             client = scope.get("client")
@@ -155,11 +169,16 @@ async def read_body(request: Any, limit: int) -> bytes:
 
 _ERROR_STATUSES = {
     "400": "Invalid request: body not JSON or not an object, an invalid field (`param` names "
-    "it), a conversation not ending with a user question, `n` > 1.",
+    "it), a string that is not valid Unicode or a number that is not finite, a conversation "
+    "not ending with a user question, a `conductor` option above the server's limit, a "
+    "parameter the gateway does not honour (`unsupported_parameter`: `n` > 1, tools, a JSON "
+    "response format, log probabilities, `stop`, audio), or a request the Conductor's server "
+    "refused (`conductor_rejected_request`, e.g. a prompt longer than its context).",
     "401": "Missing or wrong API key (`Authorization: Bearer <key>`).",
     "404": "Another model than the served one (`model_not_found`).",
     "413": "Request body over `max_body_bytes` (`request_too_large`).",
-    "429": "The caller's rate limit is exhausted; retry after `Retry-After` seconds.",
+    "429": "The caller's rate limit is exhausted (`rate_limit_exceeded`) or too many requests "
+    "are in flight (`concurrency_limit_exceeded`); retry after `Retry-After` seconds.",
     "500": "A bug in the gateway (`internal_error`; the message names the request id).",
     "502": "The Conductor's plan did not parse, a worker failed or the Conductor is unreachable.",
     "504": "The workflow ran past `request_timeout_s` (`request_timeout`).",
@@ -173,16 +192,18 @@ def openapi_description(
     pool: PoolConfig,
     auth_enabled: bool,
     rate_limited: bool,
+    concurrency_limited: bool = False,
 ) -> dict[str, Any]:
     """The gateway's OpenAPI description: FastAPI's skeleton (``base``, paths and operation ids)
     with the real request and response bodies, statuses and headers of every route.
 
     The chat route reads its body itself (to enforce the body limit before parsing), so FastAPI
     cannot see its schema; it is described here from the models of :mod:`.protocol`, narrowed to
-    this deployment: the served model id, ``n`` = 1, the pool's workers and the rounds limit of
-    the ``conductor`` extension. 401 is listed (and a bearer security scheme declared) only when
-    keys are configured, 429 only when a rate limit is. Not served (no docs routes); tests and
-    clients can use it.
+    this deployment: the served model id, the values of the parameters it does not honour that
+    ask for nothing (``n`` = 1, no tools, ...), the pool's workers and the server's limits on the
+    ``conductor`` extension. 401 is listed (and a bearer security scheme declared) only when
+    keys are configured, 429 only when a rate limit (or, for chat completions, a concurrency
+    limit) is. Not served (no docs routes); tests and clients can use it.
     """
     from pydantic.json_schema import models_json_schema
 
@@ -214,10 +235,10 @@ def openapi_description(
             "content": {"application/json": {"schema": schema}},
         }
 
-    def errors(*statuses: str) -> dict[str, Any]:
+    def errors(*statuses: str, limited: bool = rate_limited) -> dict[str, Any]:
         out = {}
         for status in statuses:
-            if (status == "401" and not auth_enabled) or (status == "429" and not rate_limited):
+            if (status == "401" and not auth_enabled) or (status == "429" and not limited):
                 continue
             headers = {}
             if status == "429":
@@ -225,6 +246,13 @@ def openapi_description(
                     "description": "Whole seconds to wait before retrying.",
                     "required": True,
                     "schema": {"type": "integer", "minimum": 1},
+                }
+            elif status.startswith("4") and int(status) not in RETRYABLE_STATUSES:
+                headers[SHOULD_RETRY_HEADER] = {
+                    "description": "`false`: the same request cannot succeed (the OpenAI SDKs "
+                    "then do not retry).",
+                    "required": True,
+                    "schema": {"const": "false"},
                 }
             out[status] = json_body(error_ref, _ERROR_STATUSES[status], **headers)
         return out
@@ -287,7 +315,17 @@ def openapi_description(
                     "text/event-stream": {"schema": sse_event},
                 },
             },
-            **errors("400", "401", "404", "413", "429", "500", "502", "504"),
+            **errors(
+                "400",
+                "401",
+                "404",
+                "413",
+                "429",
+                "500",
+                "502",
+                "504",
+                limited=rate_limited or concurrency_limited,
+            ),
         },
     }
     schemas = _narrow_request_schemas(defs.get("$defs", {}), config, pool)
@@ -329,10 +367,29 @@ def _narrow_request_schemas(
     schemas = copy.deepcopy(schemas)
     request = schemas["ChatCompletionRequest"]["properties"]
     request["model"]["anyOf"] = [{"enum": [config.model_name]}, {"type": "null"}]
-    request["n"].update(minimum=1, maximum=1)
+    for item in UNSUPPORTED_PARAMETERS:  # only the values that ask for nothing unsupported
+        described = request[item.name]
+        request[item.name] = {
+            **copy.deepcopy(item.schema),
+            "description": described.get("description", "") + " Other values: 400 "
+            "unsupported_parameter.",
+        }
+        if "default" in described:
+            request[item.name]["default"] = described["default"]
     conductor = schemas["ConductorOptions"]["properties"]
-    rounds = conductor["max_rounds"]["anyOf"][0]
-    rounds["maximum"] = config.max_rounds_limit
+    conductor["max_rounds"]["anyOf"][0]["maximum"] = config.max_rounds_limit
+    conductor["max_steps"]["anyOf"][0]["maximum"] = config.max_steps
+    budget = schemas["BudgetOptions"]["properties"]
+    limits = {
+        "max_tokens": config.max_tokens,
+        "max_cost": config.max_cost,
+        "deadline_s": config.deadline_s
+        if config.deadline_s is not None
+        else config.request_timeout_s,
+    }
+    for name, limit in limits.items():
+        if limit is not None:
+            budget[name]["anyOf"][0]["maximum"] = limit
     workers = pool.workers
     names: dict[str, int] = {}
     for w in workers:
@@ -380,10 +437,17 @@ def create_app(
 
     config = config or GatewayConfig()
     auth = ApiKeyAuth(load_api_keys(config))
-    limiter = (
-        TokenBucketLimiter(config.rate_limit_per_minute, config.rate_limit_burst)
-        if config.rate_limit_per_minute
-        else None
+    limiter = failures = None
+    if config.rate_limit_per_minute:
+        limiter = TokenBucketLimiter(config.rate_limit_per_minute, config.rate_limit_burst)
+        # failed authentications, per client address: guessing keys costs the same as calling
+        failures = TokenBucketLimiter(config.rate_limit_per_minute, config.rate_limit_burst)
+    concurrency = ConcurrencyLimiter(
+        config.max_concurrent_requests, config.max_concurrent_requests_per_key
+    )
+    concurrency_limited = (
+        config.max_concurrent_requests is not None
+        or config.max_concurrent_requests_per_key is not None
     )
     metrics = GatewayMetrics()
     if pool is None:
@@ -433,7 +497,27 @@ def create_app(
     )
     app.state.metrics = metrics
     app.state.config = config
+    app.state.concurrency = concurrency
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
+
+    class SlotStreamingResponse(StreamingResponse):
+        """A stream that holds its request's concurrency slot until the response is over, however
+        it ends (sent, failed, or the client gone), then closes its generator, whose cleanup
+        cancels a workflow still running."""
+
+        def __init__(self, content: Any, slot: Any, **kwargs: Any) -> None:
+            super().__init__(content, **kwargs)
+            self.slot = slot
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                self.slot.release()
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
 
     def json_response(body: bytes):
         """A 200 with an already encoded JSON body (FastAPI's jsonable_encoder pass skipped)."""
@@ -450,20 +534,36 @@ def create_app(
     async def on_http_error(request: fastapi.Request, exc: exceptions.HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         detail = exc.detail if isinstance(exc.detail, str) else "request rejected"
-        message = f"{detail}: {request.method} {request.url.path}"
+        message = f"{detail}: {request.method[:16]} {request.url.path[:200]}"
+        headers = dict(getattr(exc, "headers", None) or {})
+        if 400 <= exc.status_code < 500 and exc.status_code not in RETRYABLE_STATUSES:
+            headers[SHOULD_RETRY_HEADER] = "false"  # an unknown route stays unknown
         return JSONResponse(
-            status_code=exc.status_code,
-            content=error_body(message, kind),
-            headers=getattr(exc, "headers", None),
+            status_code=exc.status_code, content=error_body(message, kind), headers=headers
         )
 
-    def guard(request: fastapi.Request) -> None:
-        """API key, then the caller's rate limit."""
-        key = auth.authenticate(request.headers.get("authorization"))
+    def guard(request: fastapi.Request) -> str:
+        """API key, then the caller's rate limit; returns the caller (the key id, or the client
+        address when the gateway is open).
+
+        With a rate limit, failed authentications spend a bucket of the client address, and an
+        address whose bucket is empty gets 429 before its key is even compared: a key cannot be
+        guessed faster than the rate limit allows.
+        """
+        address = request.client.host if request.client else "unknown"
+        if failures is not None:
+            failures.check(address)
+        try:
+            key = auth.authenticate(request.headers.get("authorization"))
+        except RequestError:
+            if failures is not None:
+                failures.acquire(address)  # 429 once the address has spent its bucket
+            raise
         request.state.key_id = key
+        caller = key or address
         if limiter is not None:
-            caller = key or (request.client.host if request.client else "unknown")
             limiter.acquire(caller)
+        return caller
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -490,17 +590,20 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: fastapi.Request):
-        guard(request)
+        caller = guard(request)
         serving = request.app.state.serving
         body = parse_chat_request(await read_body(request, config.max_body_bytes))
         job = serving.prepare(body, request.state.request_id)
+        slot = concurrency.acquire(caller)  # a slot only for a request that will run
         if body.stream:
-            return StreamingResponse(
+            return SlotStreamingResponse(
                 serving.stream_chat_completion(job),
+                slot,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        response = await serving.chat_completion(job)
+        with slot:
+            response = await serving.chat_completion(job)
         return json_response(response.to_json_bytes())
 
     def openapi() -> dict[str, Any]:
@@ -514,6 +617,7 @@ def create_app(
                 pool=pool_config,
                 auth_enabled=auth.enabled,
                 rate_limited=limiter is not None,
+                concurrency_limited=concurrency_limited,
             )
         return app.openapi_schema
 

@@ -1,4 +1,4 @@
-"""API keys and per-key rate limits of the gateway.
+"""API keys, per-key rate limits and concurrency limits of the gateway.
 
 Keys come from a file (one per line, for example a mounted Kubernetes Secret) and/or an
 environment variable; they are compared in constant time and never logged: logs, metrics and
@@ -139,6 +139,19 @@ class TokenBucketLimiter:
         Raises:
             RequestError: 429 with ``Retry-After`` (whole seconds) when the bucket is empty.
         """
+        self._take(caller, 1.0)
+
+    def check(self, caller: str) -> None:
+        """Raise as :meth:`acquire` would, without taking a token (``caller``'s bucket is
+        only looked at, so a request that is then served is not charged twice).
+
+        Raises:
+            RequestError: 429 with ``Retry-After`` when ``caller``'s bucket is empty.
+        """
+        if caller in self._buckets:
+            self._take(caller, 0.0)
+
+    def _take(self, caller: str, cost: float) -> None:
         now = self._clock()
         tokens, last = self._buckets.pop(caller, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
@@ -153,6 +166,91 @@ class TokenBucketLimiter:
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
-        self._buckets[caller] = (tokens - 1.0, now)
+        self._buckets[caller] = (tokens - cost, now)
         while len(self._buckets) > self._max:
             self._buckets.popitem(last=False)
+
+
+class ConcurrencySlot:
+    """One request admitted by a :class:`ConcurrencyLimiter`; :meth:`release` (idempotent) frees
+    it. Also a context manager that releases on exit."""
+
+    def __init__(self, limiter: ConcurrencyLimiter, caller: str) -> None:
+        self._limiter = limiter
+        self._caller = caller
+        self._held = True
+
+    def release(self) -> None:
+        """Free the slot (a second call does nothing)."""
+        if self._held:
+            self._held = False
+            self._limiter._release(self._caller)
+
+    def __enter__(self) -> ConcurrencySlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ConcurrencyLimiter:
+    """Requests in flight: at most ``max_total`` in all and ``max_per_caller`` per caller (API
+    key, or client address when open); None: no such limit.
+
+    Admission never waits: a request over a limit is answered 429 at once with ``Retry-After``,
+    so a flood is turned away cheaply instead of queueing work the server cannot do. Runs on the
+    event loop's thread only (no await between the check and the count).
+    """
+
+    def __init__(
+        self, max_total: int | None, max_per_caller: int | None, *, retry_after_s: int = 1
+    ) -> None:
+        if (max_total is not None and max_total < 1) or (
+            max_per_caller is not None and max_per_caller < 1
+        ):
+            raise ValueError("max_total and max_per_caller must be >= 1 (or None)")
+        self.max_total = max_total
+        self.max_per_caller = max_per_caller
+        self.retry_after_s = retry_after_s
+        self.total = 0
+        self._per_caller: dict[str, int] = {}
+
+    def acquire(self, caller: str) -> ConcurrencySlot:
+        """Admit one request of ``caller``; release the returned slot when it is answered.
+
+        Raises:
+            RequestError: 429 ``rate_limit_error`` with ``Retry-After`` when the server or the
+                caller is at its limit.
+        """
+        mine = self._per_caller.get(caller, 0)
+        if self.max_total is not None and self.total >= self.max_total:
+            self._refuse(f"the server is answering its limit of {self.max_total} requests")
+        if self.max_per_caller is not None and mine >= self.max_per_caller:
+            self._refuse(
+                f"this API key (or client) already has {self.max_per_caller} requests in "
+                "flight, its limit"
+            )
+        self.total += 1
+        self._per_caller[caller] = mine + 1
+        return ConcurrencySlot(self, caller)
+
+    def in_flight(self, caller: str) -> int:
+        """Requests of ``caller`` in flight now."""
+        return self._per_caller.get(caller, 0)
+
+    def _refuse(self, why: str) -> None:
+        raise RequestError(
+            429,
+            f"too many concurrent requests: {why}; retry after {self.retry_after_s}s",
+            "rate_limit_error",
+            code="concurrency_limit_exceeded",
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
+
+    def _release(self, caller: str) -> None:
+        self.total -= 1
+        left = self._per_caller.get(caller, 0) - 1
+        if left > 0:
+            self._per_caller[caller] = left
+        else:  # forget idle callers: the table holds only those in flight
+            self._per_caller.pop(caller, None)

@@ -46,10 +46,25 @@ class GatewayConfig(BaseModel):
         default=None,
         gt=0,
         description="Requests per minute per API key (per client address when open), as a "
-        "token bucket; over it: 429 with Retry-After. None: no rate limit.",
+        "token bucket; over it: 429 with Retry-After. Failed authentications are limited the "
+        "same way per client address: once its bucket is empty, that address gets 429 before "
+        "any key it sends is checked. None: no rate limit.",
     )
     rate_limit_burst: int = Field(
         default=10, ge=1, description="Token-bucket capacity: requests allowed in a burst."
+    )
+    max_concurrent_requests: int | None = Field(
+        default=256,
+        ge=1,
+        description="Chat completions in flight at once on this replica (streams until their "
+        "end); one more: 429 with Retry-After. None: no limit.",
+    )
+    max_concurrent_requests_per_key: int | None = Field(
+        default=64,
+        ge=1,
+        description="Chat completions in flight at once per API key (per client address when "
+        "open), so one caller cannot take every slot; one more: 429 with Retry-After. "
+        "None: no limit.",
     )
     request_timeout_s: float = Field(
         default=300.0, gt=0, description="Wall-clock limit of one workflow; over it: 504."
@@ -74,7 +89,13 @@ class GatewayConfig(BaseModel):
     max_rounds_limit: int = Field(
         default=3, ge=1, description="Largest conductor.max_rounds a request may ask for."
     )
-    max_steps: int = Field(default=5, ge=1, le=20, description="Default steps per plan.")
+    max_steps: int = Field(
+        default=5,
+        ge=1,
+        le=20,
+        description="Steps per plan: the default, and the most a request's conductor.max_steps "
+        "may ask for.",
+    )
     access_mode: AccessMode = Field(
         default=AccessMode.BINARY, description="Access scheme the Conductor writes (binary|index)."
     )
@@ -92,16 +113,25 @@ class GatewayConfig(BaseModel):
         description="Sample index of a request that gives neither sample_index nor seed.",
     )
     max_tokens: int | None = Field(
-        default=None, ge=1, description="Default worker-token budget per request (None: none)."
+        default=None,
+        ge=1,
+        description="Worker-token budget per request: the default, and the most a request's "
+        "conductor.budget.max_tokens may ask for (None: unlimited).",
     )
     max_cost: float | None = Field(
-        default=None, gt=0, description="Default dollar budget per request (None: none)."
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Dollar budget per request: the default, and the most a request's "
+        "conductor.budget.max_cost may ask for (None: unlimited).",
     )
     deadline_s: float | None = Field(
         default=None,
         gt=0,
-        description="Default wall-clock budget per request, in seconds; steps not started by "
-        "then are skipped (None: only request_timeout_s applies).",
+        allow_inf_nan=False,
+        description="Wall-clock budget per request, in seconds; steps not started by then are "
+        "skipped. The default, and the most a request's conductor.budget.deadline_s may ask "
+        "for (None: no default; requests may ask up to request_timeout_s).",
     )
 
     @model_validator(mode="after")

@@ -9,9 +9,13 @@ client, with two documented extensions:
   for, or one streamed workflow event (:class:`ConductorEvent`).
 
 Unknown top-level request fields are accepted and ignored (clients send many optional OpenAI
-parameters); unknown fields inside ``conductor`` are rejected, so a typo is a 400 naming it.
-The fields read are validated strictly (no coercion of ``"true"`` to a boolean or ``"5"`` to a
-number), so a request is accepted exactly when it matches the published JSON schema.
+sampling parameters); unknown fields inside ``conductor`` are rejected, so a typo is a 400 naming
+it. The OpenAI parameters that ask for something a Conductor cannot do (tools, structured output,
+log probabilities, stop sequences, audio) are declared with their OpenAI types, so that the
+gateway can refuse them by name (:data:`UNSUPPORTED_PARAMETERS`) rather than ignore them. The
+fields declared are validated strictly (no coercion of ``"true"`` to a boolean or ``"5"`` to a
+number), every string of the body must be encodable as UTF-8 (no lone surrogate) and every number
+finite, so a request is accepted exactly when it matches the published JSON schema.
 
 :func:`parse_chat_request` turns raw body bytes into a :class:`ChatCompletionRequest` or raises
 :class:`RequestError`, which carries the HTTP status and the OpenAI error body
@@ -21,8 +25,12 @@ number), so a request is accepted exactly when it matches the published JSON sch
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -37,6 +45,12 @@ from pydantic import (
 
 MAX_SAMPLE_INDEX = 2**62
 MAX_TOKENS_LIMIT = 2**31
+
+SHOULD_RETRY_HEADER = "x-should-retry"
+"""Response header of the OpenAI API that tells its SDKs whether to retry (``"false"``: don't)."""
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""The 4xx statuses that a retry of the same request can turn into a success."""
 
 
 def _omitted_not_required(schema: dict[str, Any], cls: type) -> None:
@@ -117,6 +131,10 @@ class RequestError(Exception):
         param: the request field at fault.
         code: a machine-readable code.
         headers: extra response headers (for example ``Retry-After``).
+        retryable: whether sending the same request again can succeed. Default: only for the
+            statuses a client retries (408, 409, 429, 5xx). A request that cannot succeed is
+            answered with ``x-should-retry: false``, which the OpenAI SDKs obey, so a client does
+            not pay again for an answer it cannot get.
     """
 
     def __init__(
@@ -128,6 +146,7 @@ class RequestError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -136,6 +155,11 @@ class RequestError(Exception):
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
+        if retryable is None:
+            retryable = status in RETRYABLE_STATUSES or status >= 500
+        self.retryable = retryable
+        if not retryable:
+            self.headers.setdefault(SHOULD_RETRY_HEADER, "false")
 
     def body(self) -> dict[str, Any]:
         """The OpenAI error body of this error."""
@@ -145,23 +169,76 @@ class RequestError(Exception):
 # -- requests -------------------------------------------------------------------------------------
 
 
-def flatten_content(content: Any) -> str | None:
-    """Message content as text: a string, or the joined text parts of a list of content-part
-    objects (parts without text, e.g. images, count as empty). None for anything else,
-    including a part that is not an object or whose ``text`` is not a string."""
+TEXT_PART_SEPARATOR = "\n"
+"""What joins the text parts of one message's content (as vLLM's OpenAI server joins them)."""
+
+NON_TEXT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+"""Content-part types of OpenAI's API that carry no text this gateway can read."""
+
+UNSUPPORTED_CODE = "unsupported_parameter"
+"""Error code of a request that asks for something the server does not do."""
+
+
+class FieldValueError(ValueError):
+    """A validator's error that names a place below the field it validates (``suffix``, e.g. the
+    part of a content list) and optionally an error ``code``; :func:`parse_chat_request` adds
+    both to the error it raises."""
+
+    def __init__(
+        self, message: str, *, suffix: tuple[str | int, ...] = (), code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.suffix = suffix
+        self.code = code
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A client's value for an error message: a string's repr cut to ``limit`` characters, else
+    its JSON type (never the repr of a structure, which may be huge or deeply nested)."""
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", int: "a number", float: "a number", list: "an array"}
+    return names.get(type(value), "an object")
+
+
+def flatten_content(content: Any) -> str:
+    """Message content as text: a string, or the text parts of a list of content parts
+    (``{"type": "text", "text": ...}``) joined with :data:`TEXT_PART_SEPARATOR`.
+
+    Raises:
+        FieldValueError: the content is neither; a part is not an object, has no ``type``
+            ``"text"`` or no string ``text`` (``suffix`` names the part); a part of a non-text
+            type of OpenAI's API (an image, audio, a file) has the code ``unsupported_parameter``:
+            refused, since ignoring it would answer another question than the one asked.
+    """
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict):
-                return None
-            text = part.get("text", "")
-            if not isinstance(text, str):
-                return None
-            texts.append(text)
-        return "".join(texts)
-    return None
+    if not isinstance(content, list):
+        raise FieldValueError("must be a string or a list of content parts")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise FieldValueError(
+                "a content part must be an object {'type': 'text', 'text': ...}", suffix=(j,)
+            )
+        kind = part.get("type")
+        if kind != "text":
+            if isinstance(kind, str) and kind in NON_TEXT_PARTS:  # a dict is not hashable
+                raise FieldValueError(
+                    f"content parts of type {kind!r} are not supported: the Conductor reads "
+                    "text only; send the content as text parts",
+                    suffix=(j, "type"),
+                    code=UNSUPPORTED_CODE,
+                )
+            raise FieldValueError(f"must be 'text', got {_short(kind)}", suffix=(j, "type"))
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise FieldValueError("must be a string", suffix=(j, "text"))
+        texts.append(text)
+    return TEXT_PART_SEPARATOR.join(texts)
 
 
 _CONTENT_SCHEMA = {
@@ -171,11 +248,12 @@ _CONTENT_SCHEMA = {
             "type": "array",
             "items": {
                 "type": "object",
-                "properties": {"text": {"type": "string"}},
+                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                "required": ["type", "text"],
             },
         },
     ],
-    "description": "A string or a list of content parts (their text parts are joined).",
+    "description": "A string or a list of text parts (joined with a newline).",
 }
 
 
@@ -188,16 +266,13 @@ class ChatMessage(OpenAIBaseModel):
 
     role: Role = Field(description="system, developer, user, assistant, tool or function.")
     content: Annotated[str, WithJsonSchema(_CONTENT_SCHEMA, mode="validation")] = Field(
-        description="The text (text parts of a content-part list are joined)."
+        description="The text (the text parts of a content-part list, joined with a newline)."
     )
 
     @field_validator("content", mode="before")
     @classmethod
     def _flatten(cls, value: Any) -> str:
-        text = flatten_content(value)
-        if text is None:
-            raise ValueError("must be a string or a list of content-part objects with text")
-        return text
+        return flatten_content(value)
 
 
 class StreamOptions(OpenAIBaseModel):
@@ -211,16 +286,22 @@ class StreamOptions(OpenAIBaseModel):
 
 
 class BudgetOptions(BaseModel):
-    """Per-request budget (each field optional; unset = the server's default)."""
+    """Per-request budget (each field optional; unset = the server's default). A value may only
+    lower the server's limit: the gateway refuses one above it (400 naming the field)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     max_tokens: int | None = Field(
         default=None, ge=1, description="Worker tokens (input + output) for the whole question."
     )
-    max_cost: float | None = Field(default=None, gt=0, description="Dollars of worker calls.")
+    max_cost: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Dollars of worker calls."
+    )
     deadline_s: float | None = Field(
-        default=None, gt=0, description="Wall-clock seconds; steps not started by then are skipped."
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Wall-clock seconds; steps not started by then are skipped.",
     )
 
 
@@ -246,13 +327,26 @@ class ConductorOptions(BaseModel):
         "(default: the whole pool).",
     )
     max_rounds: int | None = Field(
-        default=None, ge=1, description="Conductor rounds (2+ = recursive refinement)."
+        default=None,
+        ge=1,
+        description="Conductor rounds (2+ = recursive refinement); at most the server's "
+        "max_rounds_limit.",
     )
-    max_steps: int | None = Field(default=None, ge=1, le=20, description="Steps per plan.")
+    max_steps: int | None = Field(
+        default=None, ge=1, le=20, description="Steps per plan; at most the server's max_steps."
+    )
     budget: BudgetOptions | None = Field(default=None, description="Tokens, dollars, seconds.")
     return_trace: bool = Field(
         default=False, description="Include the full solve trace in the response's conductor."
     )
+
+
+class ResponseFormat(OpenAIBaseModel):
+    """OpenAI ``response_format``: ``{"type": "text" | "json_object" | "json_schema", ...}``."""
+
+    model_config = ConfigDict(strict=True)
+
+    type: Literal["text", "json_object", "json_schema"] = Field(description="The output format.")
 
 
 class ChatCompletionRequest(OpenAIBaseModel):
@@ -275,8 +369,37 @@ class ChatCompletionRequest(OpenAIBaseModel):
         le=MAX_SAMPLE_INDEX,
         description="Extension: which sample of this prompt to draw (else seed, else 0).",
     )
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS_LIMIT,
+        description="Most tokens of the answer, counted as whitespace-separated words (an "
+        "approximation); a longer answer is cut, with finish_reason 'length'.",
+    )
+    max_completion_tokens: int | None = Field(
+        default=None, ge=1, le=MAX_TOKENS_LIMIT, description="Like max_tokens (its new name)."
+    )
+    # OpenAI parameters that ask for something the gateway does not do: declared with their
+    # OpenAI types so that a wrong type is a 400 like any other, and refused by name by the
+    # gateway (UNSUPPORTED_PARAMETERS) when they ask for anything.
+    tools: list[dict[str, Any]] | None = Field(default=None, description="Not supported.")
+    tool_choice: str | dict[str, Any] | None = Field(
+        default=None, description="Only 'none' or 'auto' (no tools)."
+    )
+    functions: list[dict[str, Any]] | None = Field(default=None, description="Not supported.")
+    function_call: str | dict[str, Any] | None = Field(
+        default=None, description="Only 'none' or 'auto' (no functions)."
+    )
+    response_format: ResponseFormat | None = Field(
+        default=None, description="Only {'type': 'text'}."
+    )
+    logprobs: bool | None = Field(default=None, description="Only false.")
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Not supported.")
+    stop: str | list[str] | None = Field(default=None, description="Not supported.")
+    audio: dict[str, Any] | None = Field(default=None, description="Not supported.")
+    modalities: list[Literal["text", "audio"]] | None = Field(
+        default=None, description="Only 'text'."
+    )
     conductor: ConductorOptions | None = Field(
         default=None, description="Extension (gateway): per-request solve options."
     )
@@ -299,16 +422,169 @@ class ChatCompletionRequest(OpenAIBaseModel):
         return self.max_tokens if self.max_tokens is not None else self.max_completion_tokens
 
 
+@dataclass(frozen=True)
+class UnsupportedParameter:
+    """An OpenAI request parameter that the gateway refuses when it asks for anything.
+
+    Attributes:
+        name: the request field.
+        allowed: whether a value asks for nothing the gateway does not do (None, false, 1, ...).
+        schema: the JSON schema of those values (the gateway's OpenAPI description narrows the
+            field to it, so a fuzzer's valid requests are exactly the accepted ones).
+        reason: why it is refused, for the error message.
+    """
+
+    name: str
+    allowed: Callable[[Any], bool]
+    schema: dict[str, Any]
+    reason: str
+
+
+_NULL = {"type": "null"}
+
+
+def _none_or(*values: Any) -> Callable[[Any], bool]:
+    return lambda value: value is None or any(value == v and type(value) is type(v) for v in values)
+
+
+UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
+    UnsupportedParameter(
+        "n",
+        lambda v: v == 1,
+        {"type": "integer", "minimum": 1, "maximum": 1},
+        "one answer per request",
+    ),
+    UnsupportedParameter("tools", _none_or(), _NULL, "the workflow calls no tools of the client"),
+    UnsupportedParameter(
+        "tool_choice",
+        _none_or("none", "auto"),
+        {"anyOf": [{"enum": ["none", "auto"]}, _NULL]},
+        "the workflow calls no tools of the client",
+    ),
+    UnsupportedParameter(
+        "functions", _none_or(), _NULL, "the workflow calls no functions of the client"
+    ),
+    UnsupportedParameter(
+        "function_call",
+        _none_or("none", "auto"),
+        {"anyOf": [{"enum": ["none", "auto"]}, _NULL]},
+        "the workflow calls no functions of the client",
+    ),
+    UnsupportedParameter(
+        "response_format",
+        lambda v: v is None or v.type == "text",
+        {
+            "anyOf": [
+                {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"]},
+                _NULL,
+            ]
+        },
+        "the answer is free text; no JSON mode or schema is enforced",
+    ),
+    UnsupportedParameter(
+        "logprobs",
+        _none_or(False),
+        {"anyOf": [{"const": False}, _NULL]},
+        "the answer is written by several models; it has no log probabilities",
+    ),
+    UnsupportedParameter(
+        "top_logprobs",
+        _none_or(),
+        _NULL,
+        "the answer is written by several models; it has no log probabilities",
+    ),
+    UnsupportedParameter("stop", _none_or(), _NULL, "stop sequences are not applied"),
+    UnsupportedParameter("audio", _none_or(), _NULL, "the answer is text"),
+    UnsupportedParameter(
+        "modalities",
+        lambda v: v is None or all(m == "text" for m in v),
+        {"anyOf": [{"type": "array", "items": {"const": "text"}}, _NULL]},
+        "the answer is text",
+    ),
+)
+"""The parameters :func:`refuse_unsupported` checks, in the order it checks them."""
+
+
+def refuse_unsupported(request: ChatCompletionRequest) -> None:
+    """Refuse a request that asks for an OpenAI feature the gateway does not provide, rather than
+    answer it as if the parameter had not been sent.
+
+    Raises:
+        RequestError: 400 ``unsupported_parameter`` naming the first such parameter.
+    """
+    for item in UNSUPPORTED_PARAMETERS:
+        if not item.allowed(getattr(request, item.name)):
+            raise RequestError(
+                400,
+                f"{item.name}: not supported by this server ({item.reason}); omit it",
+                param=item.name,
+                code=UNSUPPORTED_CODE,
+            )
+
+
+def _printable(part: Any) -> str:
+    """A location part as encodable text (a key holding a lone surrogate is escaped)."""
+    return str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc)
+    return ".".join(_printable(part) for part in loc)
+
+
+def _unencodable(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate (it cannot be written as UTF-8)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_values(body: Any) -> None:
+    """Refuse a decoded JSON body holding a string that is not valid Unicode (a lone surrogate
+    such as ``"\\ud800"``, which JSON escapes allow) or a number that is not finite
+    (``Infinity``, ``NaN``, ``1e999``, which Python's parser allows), in a key or a value at any
+    depth: every part of an accepted request can then be encoded, hashed and logged anywhere.
+
+    Raises:
+        RequestError: 400 naming the first such place (breadth first).
+    """
+    queue: deque[tuple[tuple[Any, ...], Any]] = deque([((), body)])
+    while queue:
+        loc, value = queue.popleft()
+        problem = None
+        if isinstance(value, str):
+            if _unencodable(value):
+                problem = "is not valid Unicode text (it holds a lone UTF-16 surrogate)"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                problem = "must be a finite number"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _unencodable(key):
+                    where = _loc((*loc, key))
+                    raise RequestError(
+                        400,
+                        f"{where}: the field name is not valid Unicode text",
+                        param=where,
+                    )
+                queue.append(((*loc, key), item))
+        elif isinstance(value, list):
+            queue.extend(((*loc, i), item) for i, item in enumerate(value))
+        if problem is not None:
+            where = _loc(loc) or "(body)"
+            raise RequestError(400, f"{where}: {problem}", param=_loc(loc) or None)
 
 
 def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
     """Validate a chat-completions body.
 
     Raises:
-        RequestError: 400 when the body is not JSON, not an object, or a field is invalid; the
-            message names every invalid field and ``param`` the first.
+        RequestError: 400 when the body is not JSON, not an object, holds a string that is not
+            valid Unicode or a number that is not finite (:func:`check_values`), or a field is
+            invalid; the message names every invalid field and ``param`` the first.
     """
     try:
         body = json.loads(raw)
@@ -316,18 +592,32 @@ def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
         raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
+    check_values(body)
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        errors = exc.errors()
         parts = []
-        for err in errors:
+        params: list[str | None] = []
+        codes: list[str | None] = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
             msg = str(err["msg"]).removeprefix("Value error, ")
+            cause = (err.get("ctx") or {}).get("error")
+            code = None
+            if isinstance(cause, FieldValueError):
+                loc += cause.suffix
+                code = cause.code
             if err["type"] == "extra_forbidden":
                 msg = "unknown field; remove it or check its spelling"
-            parts.append(f"{_loc(err['loc']) or '(body)'}: {msg}")
-        param = (_loc(errors[0]["loc"]) or None) if errors else None
-        raise RequestError(400, "; ".join(parts), param=param) from None
+            parts.append(f"{_loc(loc) or '(body)'}: {msg}")
+            params.append(_loc(loc) or None)
+            codes.append(code)
+        raise RequestError(
+            400,
+            "; ".join(parts),
+            param=params[0] if params else None,
+            code=codes[0] if codes else None,
+        ) from None
 
 
 # -- responses ------------------------------------------------------------------------------------

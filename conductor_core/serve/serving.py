@@ -4,7 +4,11 @@ translation between OpenAI chat completions and :func:`conductor_core.solve.solv
 A request's last user message is the question; earlier messages are put before it as context.
 The workflow's answer is the assistant message; ``usage`` sums the Conductor's tokens (every
 round) and every worker call's. The ``conductor`` extension of the request maps onto
-:class:`~conductor_core.solve.SolveOptions` (see :meth:`ConductorServing.prepare`).
+:class:`~conductor_core.solve.SolveOptions` (see :meth:`ConductorServing.prepare`); it may only
+lower the server's limits.
+
+No error message sent to a client names an internal address: an upstream's URL (the Conductor's,
+a worker's) is replaced by ``<url>`` (:func:`redact_urls`); the full error goes to the log.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import random
+import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +44,7 @@ from conductor_core.serve.protocol import (
     UsageInfo,
     completion_id,
     error_body,
+    refuse_unsupported,
 )
 from conductor_core.solve import SolveOptions, solve, solve_options
 from conductor_core.workers.config import PoolConfig
@@ -78,7 +85,8 @@ def compose_question(messages: list[ChatMessage]) -> str:
 
 @dataclass(frozen=True)
 class SolveJob:
-    """A validated request, ready to solve."""
+    """A validated request, ready to solve (``max_answer_tokens``: the request's ``max_tokens``
+    or ``max_completion_tokens``, None when it sets neither)."""
 
     request_id: str
     model: str
@@ -87,6 +95,101 @@ class SolveJob:
     sample_index: int
     return_trace: bool
     include_usage: bool
+    max_answer_tokens: int | None = None
+
+
+_TOKEN = re.compile(r"\S+")
+
+
+def cut_to_tokens(text: str, limit: int | None) -> tuple[str, bool]:
+    """``text`` cut after its ``limit``-th token, and whether it was cut.
+
+    A token here is a run of non-whitespace characters (a word with its punctuation), an
+    approximation: the answer comes from workers with different tokenizers, so the gateway
+    counts words (a word is often several model tokens). The text kept is the prefix up to the
+    end of that word, its spacing intact.
+    """
+    if limit is None:
+        return text, False
+    for count, match in enumerate(_TOKEN.finditer(text), start=1):
+        if count == limit:
+            end = match.end()
+            if text[end:].strip():
+                return text[:end], True
+            break
+    return text, False
+
+
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+
+
+def redact_urls(text: str, hosts: Iterable[str] = ()) -> str:
+    """``text`` without URLs (each replaced by ``<url>``) nor the given ``host[:port]`` names
+    (each replaced by ``<host>``): what an upstream error says, fit for a client."""
+    text = _URL.sub("<url>", text)
+    for host in hosts:
+        if host:
+            text = text.replace(host, "<host>")
+    return text
+
+
+def _netloc(url: str | None) -> str | None:
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).netloc or None
+    except ValueError:
+        return None
+
+
+_CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
+"""Upstream statuses that blame the request itself (e.g. a prompt longer than the Conductor's
+context): the client's error, which a retry cannot fix. Others (401, 404, 429, 5xx, no answer)
+are the deployment's fault: 502."""
+
+
+def _upstream_status(exc: BaseException) -> int | None:
+    """The HTTP status of the upstream response behind ``exc`` (its chain of causes), if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int):
+            return status
+        cause = cause.__cause__
+    return None
+
+
+def _upstream_message(exc: BaseException) -> str:
+    """The upstream API's own message behind ``exc`` (the ``error.message`` of its body), else
+    the error's text."""
+    cause = exc.__cause__ or exc
+    body = getattr(cause, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    return str(getattr(cause, "message", None) or cause)
+
+
+def _redact_errors(data: Any, hosts: Iterable[str]) -> Any:
+    """A trace dump with every string under an ``error`` key passed through :func:`redact_urls`
+    (worker errors may quote an endpoint)."""
+    if isinstance(data, dict):
+        return {
+            k: redact_urls(v, hosts)
+            if k == "error" and isinstance(v, str)
+            else _redact_errors(v, hosts)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_redact_errors(v, hosts) for v in data]
+    return data
 
 
 def usage_of(trace: SolveTrace) -> UsageInfo:
@@ -131,6 +234,49 @@ def outcome_of(trace: SolveTrace) -> str:
 def _sse(data: dict[str, Any] | str) -> str:
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     return f"data: {payload}\n\n"
+
+
+def _at_most(param: str, value: int, limit: int) -> int:
+    """``value`` when it does not exceed the server's ``limit``.
+
+    Raises:
+        RequestError: 400 naming ``param`` when it does.
+    """
+    if value > limit:
+        raise RequestError(
+            400,
+            f"{param}: at most {limit} is allowed here, got {value}; a request may lower the "
+            f"server's limits, not raise them",
+            param=param,
+        )
+    return value
+
+
+def _lowered(
+    param: str,
+    given: float | None,
+    default: float | None,
+    *,
+    limit: float | None = None,
+) -> Any:
+    """A budget field: the request's ``given`` value when it is set, finite and at most the
+    server's ``limit`` (default: the server's ``default``; None: unlimited), else ``default``.
+
+    Raises:
+        RequestError: 400 naming ``param`` when ``given`` is above the limit or not finite.
+    """
+    if given is None:
+        return default
+    limit = default if limit is None else limit
+    if not math.isfinite(given) or (limit is not None and given > limit):
+        bound = f"at most {limit:g}" if limit is not None else "a finite number"
+        raise RequestError(
+            400,
+            f"{param}: {bound} is allowed here, got {given:g}; a request may lower the "
+            f"server's limits, not raise them",
+            param=param,
+        )
+    return given
 
 
 class ConductorServing:
@@ -179,6 +325,12 @@ class ConductorServing:
         )
         self._rng = rng or random.Random()
         self._trace_logger = trace_logger
+        # host[:port] of every upstream, scrubbed from what clients are told (see redact_urls)
+        upstreams = [w.endpoint for w in pool_config.workers]
+        upstreams.append(getattr(plan_source, "base_url", None))
+        self.internal_hosts = tuple(
+            sorted({h for h in map(_netloc, upstreams) if h}, key=len, reverse=True)
+        )
         self._active: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self.draining = False
@@ -189,8 +341,11 @@ class ConductorServing:
         """Validate ``request`` against this server and map it onto solve options.
 
         Raises:
-            RequestError: 404 for another model; 400 for ``n`` > 1, a conversation that does not
-                end with a user question, or invalid ``conductor`` options (naming the field).
+            RequestError: 404 for another model; 400 ``unsupported_parameter`` for a parameter
+                the gateway does not honour (``n`` > 1, tools, a JSON response format, log
+                probabilities, stop sequences, audio: :func:`.protocol.refuse_unsupported`);
+                400 for a conversation that does not end with a user question, or invalid
+                ``conductor`` options (naming the field).
         """
         if request.model not in (None, self.config.model_name):
             raise RequestError(
@@ -200,10 +355,7 @@ class ConductorServing:
                 param="model",
                 code="model_not_found",
             )
-        if request.n != 1:
-            raise RequestError(
-                400, "n: the gateway answers with one choice; omit n or set it to 1", param="n"
-            )
+        refuse_unsupported(request)
         question = compose_question(request.messages)
         options, return_trace = self.solve_options_for(request.conductor)
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -215,44 +367,63 @@ class ConductorServing:
             sample_index=request.sample if request.sample_given else self.config.sample_index,
             return_trace=return_trace,
             include_usage=include_usage,
+            max_answer_tokens=request.token_limit,
         )
 
     def solve_options_for(self, extra: ConductorOptions | None) -> tuple[SolveOptions, bool]:
-        """The server's default solve options overridden by a request's ``conductor`` options,
-        and whether the trace is to be returned.
+        """The server's default solve options, lowered by a request's ``conductor`` options, and
+        whether the trace is to be returned.
+
+        The operator's settings are ceilings: ``max_rounds`` up to ``max_rounds_limit``,
+        ``max_steps`` up to the server's ``max_steps``, each budget field up to the server's
+        value (``deadline_s`` up to ``request_timeout_s`` when the server sets no deadline); a
+        budget field the server leaves unlimited may be set to any finite value.
 
         Raises:
-            RequestError: 400 naming the field (unknown or repeated worker, rounds over the
-                server's limit).
+            RequestError: 400 naming the field (unknown or repeated worker, a value above the
+                server's limit or not finite).
         """
         opts = self.default_options
         if extra is None:
             return opts, False
         changes: dict[str, Any] = {}
         if extra.max_rounds is not None:
-            if extra.max_rounds > self.config.max_rounds_limit:
-                raise RequestError(
-                    400,
-                    f"conductor.max_rounds: at most {self.config.max_rounds_limit} rounds are "
-                    f"allowed here, got {extra.max_rounds}",
-                    param="conductor.max_rounds",
-                )
+            _at_most("conductor.max_rounds", extra.max_rounds, self.config.max_rounds_limit)
             changes["max_rounds"] = extra.max_rounds
-        max_steps = extra.max_steps if extra.max_steps is not None else opts.max_steps
+        max_steps = opts.max_steps
+        if extra.max_steps is not None:
+            max_steps = _at_most("conductor.max_steps", extra.max_steps, opts.max_steps)
         changes["max_steps"] = max_steps
         budget = opts.budget
         given = extra.budget
-        changes["budget"] = Budget(
-            max_steps=max_steps,
-            max_tokens=given.max_tokens if given and given.max_tokens else budget.max_tokens,
-            max_cost=given.max_cost if given and given.max_cost else budget.max_cost,
-            deadline_s=given.deadline_s if given and given.deadline_s else budget.deadline_s,
-        )
+        if given is None:
+            changes["budget"] = dataclasses.replace(budget, max_steps=max_steps)
+        else:
+            deadline_limit = budget.deadline_s
+            if deadline_limit is None:
+                deadline_limit = self.config.request_timeout_s
+            changes["budget"] = Budget(
+                max_steps=max_steps,
+                max_tokens=_lowered(
+                    "conductor.budget.max_tokens", given.max_tokens, budget.max_tokens
+                ),
+                max_cost=_lowered("conductor.budget.max_cost", given.max_cost, budget.max_cost),
+                deadline_s=_lowered(
+                    "conductor.budget.deadline_s",
+                    given.deadline_s,
+                    budget.deadline_s,
+                    limit=deadline_limit,
+                ),
+            )
         if extra.workers is not None:
             ids = self._worker_ids(extra.workers)
             changes["worker_ids"] = ids
             changes["descriptions"] = tuple(self.pool_config.workers[i].description for i in ids)
         return dataclasses.replace(opts, **changes), extra.return_trace
+
+    def redact(self, text: str) -> str:
+        """``text`` fit for a client: no URL, no upstream host (:func:`redact_urls`)."""
+        return redact_urls(text, self.internal_hosts)
 
     def _worker_ids(self, wanted: list[int | str]) -> tuple[int, ...]:
         workers = self.pool_config.workers
@@ -292,7 +463,10 @@ class ConductorServing:
         """Solve ``job`` within ``config.request_timeout_s``; counts it in the metrics.
 
         Raises:
-            RequestError: 504 on timeout; 502 when the plan source fails (unreachable Conductor).
+            RequestError: 504 on timeout; 400 when the Conductor's server refused the request
+                itself (HTTP 400/413/422, e.g. a prompt longer than its context: a retry cannot
+                fix it); 502 when the plan source fails otherwise (unreachable Conductor). The
+                messages name no upstream URL.
         """
         task = asyncio.create_task(
             solve(
@@ -319,11 +493,22 @@ class ConductorServing:
                 code="request_timeout",
             ) from None
         except ConductorError as exc:
-            self.metrics.observe_failure("error")
+            status = _upstream_status(exc)
             logger.warning("plan source failed: %s", exc, extra={"request_id": job.request_id})
+            if status in _CLIENT_FAULT_STATUSES:
+                self.metrics.observe_failure("rejected")
+                said = self.redact(_upstream_message(exc))[:500]
+                raise RequestError(
+                    400,
+                    f"the Conductor's server refused this request (HTTP {status}): {said}",
+                    code="conductor_rejected_request",
+                ) from None
+            self.metrics.observe_failure("error")
+            http = f" (HTTP {status})" if status is not None else ""
             raise RequestError(
                 502,
-                f"the Conductor failed: {exc}",
+                f"the Conductor failed or could not be reached{http}; the gateway's log has "
+                f"the details under request id {job.request_id}",
                 "server_error",
                 code="conductor_unavailable",
             ) from None
@@ -341,7 +526,7 @@ class ConductorServing:
         summary["conductor_input_tokens"] = sum(r.conductor_input_tokens for r in trace.rounds)
         summary["conductor_output_tokens"] = sum(r.conductor_output_tokens for r in trace.rounds)
         if job.return_trace:
-            summary["trace"] = trace.model_dump(mode="json")
+            summary["trace"] = _redact_errors(trace.model_dump(mode="json"), self.internal_hosts)
         return summary
 
     @staticmethod
@@ -372,7 +557,9 @@ class ConductorServing:
         """Solve ``job`` and answer as one ``chat.completion``.
 
         A workflow stopped by its budget (tokens, dollars or the ``deadline_s`` wall clock)
-        before any answer gets empty content with ``finish_reason="length"``.
+        before any answer gets empty content with ``finish_reason="length"``; so does an answer
+        cut to the request's ``max_tokens`` (:func:`cut_to_tokens`). The id is fresh for every
+        response (``conductor.request_id`` carries the request id).
 
         Raises:
             RequestError: 502 when the plan did not parse or a worker failed, 504 on timeout.
@@ -381,14 +568,15 @@ class ConductorServing:
         failure = self._failure(trace)
         if failure is not None:
             raise failure
-        answered = trace.answer is not None
+        answer, cut = cut_to_tokens(trace.answer or "", job.max_answer_tokens)
+        answered = trace.answer is not None and not cut
         choice = ChatCompletionChoice(
             index=0,
-            message=AssistantMessage(content=trace.answer or ""),
+            message=AssistantMessage(content=answer),
             finish_reason="stop" if answered else "length",
         )
         return ChatCompletionResponse(
-            id=f"chatcmpl-{job.request_id}"[:64] if job.request_id else completion_id(),
+            id=completion_id(),
             model=job.model,
             choices=[choice],
             usage=usage_of(trace),
@@ -399,9 +587,10 @@ class ConductorServing:
         """Solve ``job``, yielding server-sent events: a role chunk, one chunk per workflow event
         (its ``conductor`` field; empty delta), the answer as content, a final chunk with the
         finish reason and the summary (``conductor.type == "done"``), the usage chunk when
-        asked for, then ``[DONE]``. A failure after the stream started is sent as an OpenAI
-        error object, then ``[DONE]``."""
-        cid = f"chatcmpl-{job.request_id}"[:64] if job.request_id else completion_id()
+        asked for, then ``[DONE]``. The content is cut to the request's ``max_tokens`` as in
+        :meth:`chat_completion` (the workflow events carry the steps' full outputs). A failure
+        after the stream started is sent as an OpenAI error object, then ``[DONE]``."""
+        cid = completion_id()
         created = int(time.time())
 
         def chunk(
@@ -427,7 +616,9 @@ class ConductorServing:
             return _sse(body.to_json())
 
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        translate = _EventTranslator(self.worker_names, job.options.offered(len(self.pool)))
+        translate = _EventTranslator(
+            self.worker_names, job.options.offered(len(self.pool)), self.redact
+        )
         runner = asyncio.create_task(self.run(job, on_event=queue.put_nowait))
         runner.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -445,12 +636,13 @@ class ConductorServing:
                 yield _sse(failure.body())
                 yield _sse("[DONE]")
                 return
-            if trace.answer:
-                yield chunk(DeltaMessage(content=trace.answer))
+            answer, cut = cut_to_tokens(trace.answer or "", job.max_answer_tokens)
+            if answer:
+                yield chunk(DeltaMessage(content=answer))
             done = ConductorEvent(
                 type="done", round=len(trace.rounds) - 1, data=self._summary(job, trace)
             )
-            finish = "stop" if trace.answer is not None else "length"
+            finish = "stop" if trace.answer is not None and not cut else "length"
             yield chunk(event=done, finish=finish)
             if job.include_usage:
                 yield chunk(usage=usage_of(trace), choices=False)
@@ -593,11 +785,18 @@ class ConductorServing:
 
 
 class _EventTranslator:
-    """Turns solve-loop and executor events into :class:`ConductorEvent` (pool worker ids)."""
+    """Turns solve-loop and executor events into :class:`ConductorEvent` (pool worker ids; a
+    step's error passed through ``redact``)."""
 
-    def __init__(self, worker_names: list[str], offered: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        worker_names: list[str],
+        offered: tuple[int, ...],
+        redact: Callable[[str], str] = lambda text: text,
+    ) -> None:
         self.names = worker_names
         self.offered = offered
+        self.redact = redact
         self.round = 0
 
     def _name(self, worker: int) -> str:
@@ -621,4 +820,6 @@ class _EventTranslator:
         elif kind == "step_end":
             step = dict(event.get("step") or {})
             data = {**step, "worker_name": self._name(int(step.get("worker", -1)))}
+            if isinstance(data.get("error"), str):
+                data["error"] = self.redact(data["error"])
         return ConductorEvent(type=kind, round=self.round, data=data)

@@ -165,7 +165,10 @@ def test_the_production_app_serves_no_schema_route(served):
     description = app.openapi()
     assert description["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
     chat = description["paths"]["/v1/chat/completions"]["post"]
-    assert {"400", "401", "413"} <= set(chat["responses"]) and "429" not in chat["responses"]
+    assert {"400", "401", "413"} <= set(chat["responses"])
+    # no rate limit here: only chat completions, under the default concurrency limits, list 429
+    assert "429" in chat["responses"]
+    assert "429" not in description["paths"]["/v1/models"]["get"]["responses"]
     assert chat["requestBody"]["required"] is True
 
 
@@ -225,8 +228,13 @@ def test_a_request_deadline_that_expires_is_a_budget_stop_not_a_502(api_schema, 
         ("conductor", {"return_trace": "true"}, "conductor.return_trace"),
         ("conductor", {"budget": {"max_tokens": "100"}}, "conductor.budget.max_tokens"),
         ("messages", [{"role": "robot", "content": QUESTION}], "messages.0.role"),
-        ("messages", [{"role": "user", "content": [QUESTION]}], "messages.0.content"),
-        ("messages", [{"role": "user", "content": [{"text": 42}]}], "messages.0.content"),
+        ("messages", [{"role": "user", "content": [QUESTION]}], "messages.0.content.0"),
+        ("messages", [{"role": "user", "content": [{"text": "x"}]}], "messages.0.content.0.type"),
+        (
+            "messages",
+            [{"role": "user", "content": [{"type": "text", "text": 42}]}],
+            "messages.0.content.0.text",
+        ),
     ],
 )
 def test_fields_that_violate_the_schema_are_400_not_coerced(

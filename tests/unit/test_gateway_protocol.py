@@ -50,14 +50,17 @@ def test_parse_accepts_openai_requests_and_flattens_content_parts():
     raw = body(
         messages=[
             {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": [{"type": "text", "text": "6 x "}, {"text": "7?"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "6 x"}, {"type": "text", "text": "7?"}],
+            },
         ],
         temperature=0.2,  # an OpenAI field the gateway does not use is accepted
         seed=7,
         conductor={"workers": [1, "sim-generalist"], "budget": {"max_cost": 0.5}},
     )
     request = parse_chat_request(raw)
-    assert [m.content for m in request.messages] == ["Be brief.", "6 x 7?"]
+    assert [m.content for m in request.messages] == ["Be brief.", "6 x\n7?"]  # as vLLM joins
     assert request.sample == 7 and request.sample_given
     assert request.conductor.workers == [1, "sim-generalist"]
     assert request.conductor.budget.max_cost == 0.5
