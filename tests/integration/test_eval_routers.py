@@ -235,3 +235,17 @@ def test_fit_router_command_trains_a_router_the_baselines_load(trained, tmp_path
         main([*args[:3], str(moa_only), *args[4:], "--pool", str(pool_path()), "--out", str(out)])
     assert exit_info.value.code == 2
     assert "no records of single:sim-math" in capsys.readouterr().err
+
+
+@slow_encoder
+def test_an_embedding_depends_on_its_text_alone() -> None:
+    """Bit for bit, whatever else was encoded with it (padding once changed the last bits, and
+    Smoothie's picks with them, from run to run)."""
+    from conductor_core.evaluate.routers.encoder import SentenceEncoder
+
+    texts = ["The final answer is 42.", "B", "a much longer answer, with several clauses in it"]
+    together = SentenceEncoder().encode(texts)
+    alone = SentenceEncoder()
+    one_by_one = [alone.encode([t])[0] for t in reversed(texts)][::-1]
+    for a, b in zip(together, one_by_one, strict=True):
+        assert a.tobytes() == b.tobytes()

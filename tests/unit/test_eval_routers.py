@@ -125,3 +125,38 @@ def test_unknown_router_folder_is_a_clear_error(tmp_path) -> None:
         build_baselines([f"routerdc:{tmp_path}"], config)
     with pytest.raises(ConductorError, match="CONDUCTOR_ROUTER_DIR"):
         build_baselines(["masrouter"], config)
+
+
+class _TableEncoder:
+    """A stand-in encoder: fixed vectors per text (its results cannot depend on batching)."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def encode(self, texts):
+        import numpy as np
+
+        return np.asarray([self.table[t] for t in texts], dtype=np.float32)
+
+
+def test_smoothie_ties_go_to_the_first_worker_and_the_reference_reads_the_lowest_repeat() -> None:
+    """Equal answers tie exactly: the pick must not depend on floating-point summation order,
+    and a reference built from records written in completion order must not depend on it."""
+    from conductor_core.evaluate.routers.smoothie import reference_from_records, smoothie_choice
+    from tests.support.eval_records import eval_record
+
+    enc = _TableEncoder({"4": [1.0, 0.0], "5": [0.0, 1.0], "q": [1.0, 0.0], "6": [0.6, 0.8]})
+    # workers 1 and 3 say "4", workers 0 and 2 say "5": two exact ties, the first in pool order
+    assert smoothie_choice(["5", "4", "5", "4"], enc) == 0
+    assert smoothie_choice(["4", "5", "4", "5"], enc) == 0
+
+    problem = Problem(id="p", source="t", domain="math", question="q", reference="4")
+
+    def record(method: str, repeat: int, answer: str):
+        return eval_record("p", method, repeat=repeat, sample_index=repeat, answer=answer)
+
+    methods = ["a", "b", "c"]
+    late_first = [record("a", 1, "6"), record("a", 0, "4"), record("b", 0, "5")]
+    late_first.append(record("c", 0, "4"))
+    ref = reference_from_records(late_first, [problem], methods, enc)
+    assert ref.answers[0, 0].tolist() == [1.0, 0.0]  # repeat 0's "4", not repeat 1's "6"

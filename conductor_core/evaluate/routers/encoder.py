@@ -106,28 +106,34 @@ class SentenceEncoder:
             return np.stack([self._cache[t] for t in texts])
 
     def _encode(self, todo: list[str]) -> None:
+        """Encode ``todo`` into the cache, batching only texts of the same token length.
+
+        Padding changes the length of the attention's reductions, and with it the last bits of
+        every embedding in the batch (about 1e-7): which texts shared a batch would then depend
+        on what was cached before, so on thread timing. Unpadded, a text's embedding depends on
+        its text alone (bit for bit on one machine), so ties between equal answers stay ties.
+        """
         import numpy as np
         import torch
 
         from conductor_core.evaluate.routers.base import torch_threads
 
+        ids = self._tokenizer(list(todo), truncation=True, max_length=256)["input_ids"]
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(ids):
+            by_length.setdefault(len(row), []).append(i)
         with torch_threads(self.threads):
-            for start in range(0, len(todo), self.batch_size):
-                chunk = todo[start : start + self.batch_size]
-                batch = self._tokenizer(
-                    list(chunk),
-                    padding=True,
-                    truncation=True,
-                    max_length=256,
-                    return_tensors="pt",
-                )
-                with torch.no_grad():
-                    hidden = self._model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                for text, vec in zip(chunk, pooled.numpy(), strict=True):
-                    self._cache[text] = vec.astype(np.float32)
+            for group in by_length.values():
+                for start in range(0, len(group), self.batch_size):
+                    chunk = group[start : start + self.batch_size]
+                    input_ids = torch.tensor([ids[i] for i in chunk])
+                    with torch.no_grad():
+                        hidden = self._model(
+                            input_ids=input_ids, attention_mask=torch.ones_like(input_ids)
+                        ).last_hidden_state
+                    pooled = torch.nn.functional.normalize(hidden.mean(1), dim=-1)
+                    for i, vec in zip(chunk, pooled.numpy(), strict=True):
+                        self._cache[todo[i]] = vec.astype(np.float32)
 
 
 _SHARED: dict[str, SentenceEncoder] = {}

@@ -61,6 +61,10 @@ def triplet_errors(embeddings: Any) -> Any:
     return err
 
 
+TIE_DECIMALS = 6
+"""Decimals at which Smoothie compares error estimates and similarities: well above the
+floating-point noise of an embedding (about 1e-7), well below real differences."""
+
 _STATED = re.compile(r"(?i)^(?:the\s+)?final\s+answer\s+is[:\s]+(.*?)\.?$")
 
 
@@ -91,7 +95,10 @@ def smoothie_choice(
     lam = encoder.encode(list(answers))[None]
     if neighbours is not None and len(neighbours):
         lam = np.concatenate([lam, neighbours], axis=0)
-    return int(np.argmin(triplet_errors(lam)))
+    # Equal answers tie exactly in exact arithmetic, but an embedding's last bits depend on the
+    # batch it was encoded in (padding, thread count): compare at TIE_DECIMALS so that a tie goes
+    # to the first worker in pool order, on every run and machine.
+    return int(np.argmin(np.round(triplet_errors(lam), TIE_DECIMALS)))
 
 
 class SmoothieReference:
@@ -106,8 +113,8 @@ class SmoothieReference:
         """The answer embeddings of the ``k`` reference questions nearest to ``query``."""
         import numpy as np
 
-        sims = self.questions @ query
-        idx = np.argsort(-sims)[:k]
+        sims = np.round(self.questions @ query, TIE_DECIMALS)
+        idx = np.argsort(-sims, kind="stable")[:k]  # ties: the earlier reference question
         return self.answers[idx]
 
 
@@ -120,12 +127,14 @@ def reference_from_records(
 ) -> SmoothieReference:
     """A :class:`SmoothieReference` from the answers in ``records`` of the methods
     ``worker_methods`` (one per pool worker, in pool order) on ``problems``; only the answers are
-    read (never correctness). Problems lacking an answer of some worker are left out."""
+    read (never correctness), the lowest repeat's where a problem has several (records are
+    written in completion order, so "the first one read" would change from run to run).
+    Problems lacking an answer of some worker are left out."""
     import numpy as np
 
     index = {m: w for w, m in enumerate(worker_methods)}
     got: dict[str, dict[int, str]] = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: r.repeat):
         w = index.get(r.method)
         if w is not None and r.answer and not r.infra_error:
             got.setdefault(r.problem_id, {}).setdefault(w, r.answer)
