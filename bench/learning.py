@@ -75,9 +75,9 @@ def checked_overrides(sets: Sequence[str], out: str | Path, **config: Any) -> di
     """The config overrides of a bench script's ``--set KEY=VALUE`` items, checked by building
     the experiment's config (``config``: more :func:`learning_config` arguments), so that a bad
     one fails before any training. Raises ``ConfigError``."""
-    from conductor_core.cli.train import parse_sets
+    from conductor_core.configfiles import parse_sets
 
-    extra = parse_sets(tuple(sets))
+    extra = parse_sets(sets)
     learning_config(out, extra=extra, **config)
     return extra
 

@@ -18,7 +18,7 @@ from pipelines.registry import COMPILED_DIR, NAMES
 def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
     """Pipeline parameters from ``--set key=value`` (parsed as ``conductor train --set`` does;
     an empty value is the empty string, as the pipelines' string parameters expect)."""
-    from conductor_core.cli.train import parse_sets
+    from conductor_core.configfiles import parse_sets
 
     return {k: "" if v is None else v for k, v in parse_sets(values).items()}
 

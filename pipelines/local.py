@@ -19,9 +19,12 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conductor_core.errors import ConductorError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from conductor_core.track.pipeline_runs import PipelineRun
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"Executing task '([^']+)'")
@@ -54,6 +57,11 @@ class LocalRun:
     tasks: list[TaskTiming] = field(default_factory=list)
     ok: bool = True
     error: str | None = None
+    kfp_run_id: str | None = None
+    """The run id KFP's local runner gave the tasks (it names the run's MLflow runs and artifact
+    folder); None when no task opened the run's MLflow run (or MLflow could not be read)."""
+    mlflow_run_name: str | None = None
+    """The name of the run's parent MLflow run (``<pipeline>-<KFP run id>``), when found."""
 
     def output(self, task: str, name: str) -> Path | None:
         """The output ``name`` of ``task`` (the first match under the run folder), if any."""
@@ -202,6 +210,7 @@ def run_local(
         say(f"[{now - t0:6.0f}s] {key} {mark} ({timing.seconds:.0f} s)")
 
     before = set(kfp_root.glob("*")) if kfp_root.exists() else set()
+    started_ms = int(time.time() * 1000)
     error = None
     with _embedded_environment(root), log_path.open("w", encoding="utf-8") as log:
         kfp.local.init(
@@ -237,15 +246,48 @@ def run_local(
     new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
     if not new and error is None:
         raise ConductorError(f"pipeline {name}: the local runner wrote nothing; log: {log_path}")
+    run_dir = new[-1] if new else None
+    found = _mlflow_run(pipeline.name, started_ms, root, run_dir) if run_dir else None
     return LocalRun(
         pipeline=name,
-        run_dir=new[-1] if new else None,
+        run_dir=run_dir,
         log_path=log_path,
         seconds=time.perf_counter() - t0,
         tasks=list(tasks.values()),
         ok=error is None,
         error=error,
+        kfp_run_id=found.kfp_run_id if found else None,
+        mlflow_run_name=found.run_name if found else None,
     )
+
+
+def local_tracking_uri(root: Path) -> str:
+    """The MLflow store of a local run under ``root``: ``$MLFLOW_TRACKING_URI``, else
+    ``root/mlflow.db`` (what :func:`_embedded_environment` gives the tasks)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
+
+
+def _mlflow_run(
+    pipeline: str, since_ms: int, root: Path, run_dir: Path | None
+) -> "PipelineRun | None":
+    """The parent MLflow run the run's tasks opened (KFP's local runner draws the run id, so it
+    is looked up: the first run of ``pipeline`` since the start), tagged with the local run's
+    name (``run_dir``'s) so that `conductor eval compare --kfp-run-id NAME` finds it too. None
+    when there is none (a pipeline that does not log, a failure before it), and when the store
+    cannot be read: the summary then says less, the run is not failed for it."""
+    uri = local_tracking_uri(root)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return None  # no task logged: reading would create an empty store
+    from conductor_core.track.pipeline_runs import first_pipeline_run_since, name_pipeline_run
+
+    try:
+        found = first_pipeline_run_since(pipeline, since_ms, tracking_uri=uri)
+        if found is not None and run_dir is not None:
+            name_pipeline_run(found.run_id, run_dir.name, tracking_uri=uri)
+    except Exception as exc:  # a tracking server that went away: the run itself is done
+        logging.getLogger(__name__).warning("could not read the run's MLflow run: %s", exc)
+        return None
+    return found
 
 
 def _failure(error: str, log_path: Path) -> str:

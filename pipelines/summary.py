@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from pipelines.local import LocalRun, read_comparison
+from pipelines.local import LocalRun, local_tracking_uri, read_comparison
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -85,7 +85,13 @@ def render_summary(run: LocalRun, *, root: Path, pool: str = "bundled") -> str:
                 f'--conductor "{model}" "QUESTION"'
             )
             where.append(["ask it", ask])
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
-    where.append(["MLflow", f"mlflow ui --backend-store-uri {uri}"])
+    if run.kfp_run_id:
+        where.append(["MLflow run", f"{run.mlflow_run_name} (KFP run id {run.kfp_run_id})"])
+        if comparison:
+            compare = (
+                f"{_tracking_prefix(root)}conductor eval compare --kfp-run-id {run.kfp_run_id}"
+            )
+            where.append(["compare methods", compare])
+    where.append(["MLflow", f"mlflow ui --backend-store-uri {local_tracking_uri(root)}"])
     parts += ["", _table(["what", "where"], where)]
     return "\n".join(parts) + "\n"

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from bench.learning import learning_experiment, render_table
-    from conductor_core.cli.train import parse_sets
+    from conductor_core.configfiles import parse_sets
 
     started = time.perf_counter()
     result = learning_experiment(
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_plans=args.eval_plans,
         track=args.mlflow,
         progress=True,
-        extra=parse_sets(tuple(args.sets)) or None,
+        extra=parse_sets(args.sets) or None,
     )
     print(render_table(result["table"]))
     print(f"reward curve: {result.get('plot') or '(matplotlib missing)'}")

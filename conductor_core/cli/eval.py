@@ -8,6 +8,12 @@ from typing import Any
 import click
 
 from conductor_core.cli._common import conductor_options
+from conductor_core.evaluate.config import EVALUATION_EXPERIMENTS
+from conductor_core.evaluate.specs import baseline_forms, baseline_help
+
+# Made from the registry of baselines (evaluate/specs.py), so the help names every one it accepts;
+# "\b" keeps click from re-wrapping the table.
+_BASELINES_EPILOG = "Baselines (--baselines, comma-separated):\n\n\b\n" + baseline_help(width=78)
 
 
 @click.group("eval")
@@ -67,7 +73,7 @@ def config_overrides(ctx: click.Context, options: dict[str, Any]) -> dict[str, A
     return out
 
 
-@command.command("run")
+@command.command("run", epilog=_BASELINES_EPILOG)
 @click.option(
     "--config",
     "config_path",
@@ -91,8 +97,7 @@ def config_overrides(ctx: click.Context, options: dict[str, Any]) -> dict[str, A
 @click.option(
     "--baselines",
     default="",
-    help="Comma-separated baselines: single, single:W, moa[:LAYERS[:AGG]], sc:W[:N], "
-    "reflect:W[:N], random[:SEED], frontier:W.",
+    help=f"Comma-separated baselines: {', '.join(baseline_forms())} (see below).",
 )
 @click.option("--no-conductor", is_flag=True, help="Evaluate only the baselines.")
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(1, 64))
@@ -160,12 +165,11 @@ def run_cmd(
 
 
 def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
-    from conductor_core.evaluate.aggregate import aggregate
     from conductor_core.evaluate.config import parse_eval_config
     from conductor_core.evaluate.job import run_shard
     from conductor_core.evaluate.presets import preset_configs, preset_setting
-    from conductor_core.evaluate.records import dedupe, read_records
-    from conductor_core.evaluate.report import write_report
+    from conductor_core.evaluate.records import read_record_sources
+    from conductor_core.evaluate.report import aggregate_report
     from conductor_core.tasks.sources.local import check_local_copies
 
     dicts = preset_configs(name, overrides)
@@ -180,25 +184,24 @@ def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
     if print_config:
         click.echo("---\n".join(c.to_yaml() for c in configs), nl=False)
         return
-    records = []
-    for config in configs:
-        result = run_shard(config, progress=progress, log=click.echo, parent_run_id=parent_run)
-        records += read_records(result.records_path)
-    summary = aggregate(dedupe(records))
+    files = [
+        run_shard(config, progress=progress, log=click.echo, parent_run_id=parent_run).records_path
+        for config in configs
+    ]
     out = Path(overrides.get("output_dir", f"runs/{name}"))
     shard = configs[0].shard
-    paths = write_report(
-        summary,
+    report = aggregate_report(
+        read_record_sources(files),
         out / f"report-{shard.tag}",
         title=f"{name} shard {shard}",
         paper_setting=preset_setting(name),
     )
-    _print_summary(summary)
-    click.echo(f"report: {paths['markdown']} and {paths['html']}")
+    _print_summary(report.summary)
+    click.echo(f"report: {report.paths['markdown']} and {report.paths['html']}")
 
 
 @command.command("aggregate")
-@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option(
     "--out",
     "out_dir",
@@ -215,23 +218,28 @@ def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
     "run, with one nested run per method.",
 )
 def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
-    """Merge the records of several shards into one report."""
-    from conductor_core.evaluate.aggregate import aggregate
-    from conductor_core.evaluate.records import dedupe, read_records
-    from conductor_core.evaluate.report import write_report
+    """Merge the records of several shards into one report. RECORDS are records files or shard
+    output folders (their records-*.jsonl); a record repeated (same method, problem and repeat)
+    counts once, the last one."""
+    from conductor_core.evaluate.records import read_record_sources
+    from conductor_core.evaluate.report import aggregate_report
 
-    recs = dedupe(r for path in records for r in read_records(path))
+    recs = read_record_sources(records)
     if not recs:
         raise click.ClickException("no records in the given files")
-    summary = aggregate(recs)
-    paths = write_report(summary, out_dir, title=title)
-    _print_summary(summary)
-    click.echo(f"report: {paths['markdown']} and {paths['html']}")
+    report = aggregate_report(recs, out_dir, title=title)
+    _print_summary(report.summary)
+    click.echo(f"report: {report.paths['markdown']} and {report.paths['html']}")
     if use_mlflow or parent_run:
         from conductor_core.evaluate.tracking import log_evaluation
 
         logged = log_evaluation(
-            summary, recs, paths, params={"title": title}, run_name=title, parent_run_id=parent_run
+            report.summary,
+            report.records,
+            report.paths,
+            params={"title": title},
+            run_name=title,
+            parent_run_id=parent_run,
         )
         click.echo(f"mlflow run: {logged.run_id}")
 
@@ -284,14 +292,20 @@ def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) ->
 @click.option(
     "--experiment",
     default=None,
-    help="MLflow experiment (default: conductor-eval, or every experiment when a run is named).",
+    help="MLflow experiment to read (default: every experiment that holds evaluations, "
+    f"{' and '.join(EVALUATION_EXPERIMENTS)}; every experiment when a run is named).",
 )
 @click.option(
     "--parent-run",
     default=None,
     help="An evaluation run, or a pipeline run (then the methods of all its evaluations).",
 )
-@click.option("--kfp-run-id", default=None, help="The KFP run id of a pipeline run.")
+@click.option(
+    "--kfp-run-id",
+    default=None,
+    help="A pipeline run: its KFP run id, its MLflow run name (<pipeline>-<KFP run id>) or, for "
+    "a local run, its name (the folder under kfp/ the summary prints).",
+)
 @click.option(
     "--tracking-uri", default=None, help="Tracking URI (default: $MLFLOW_TRACKING_URI, else local)."
 )
@@ -303,7 +317,8 @@ def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) ->
 )
 def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs) -> None:
     """Compare evaluated methods side by side: one row per method run read back from MLflow,
-    with accuracy per benchmark and overall, cost and calls per question."""
+    with accuracy per benchmark and overall, cost and calls per question. Without a run, the
+    newest evaluations, whether run on their own or by a pipeline."""
     import json
 
     from conductor_core.evaluate.tracking import compare_runs
@@ -318,13 +333,14 @@ def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs)
         max_runs=max_runs,
     )
     if not rows:
-        where = (
-            f"run {parent_run}"
-            if parent_run
-            else f"KFP run {kfp_run_id}"
-            if kfp_run_id
-            else f"experiment '{experiment or 'conductor-eval'}'"
-        )
+        if parent_run:
+            where = f"run {parent_run}"
+        elif kfp_run_id:
+            where = f"pipeline run {kfp_run_id}"
+        elif experiment:
+            where = f"experiment '{experiment}'"
+        else:
+            where = "experiments " + " and ".join(f"'{e}'" for e in EVALUATION_EXPERIMENTS)
         raise click.ClickException(f"no method runs found for {where} in MLflow")
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))

@@ -7,28 +7,7 @@ from typing import Any
 
 import click
 
-from conductor_core.errors import ConfigError
 from conductor_core.train.config import PROFILES
-
-
-def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
-    """``("a.b=3", "c=x")`` -> ``{"a": {"b": 3}, "c": "x"}`` (values parsed as YAML scalars)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set: expected KEY=VALUE (e.g. steps=20), got '{item}'")
-        value = yaml.safe_load(raw) if raw.strip() else None
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set: '{key}' conflicts with another --set")
-        node[parts[-1]] = value
-    return out
 
 
 @click.command(help="Train the Conductor with GRPO (one stage) from a YAML config.")
@@ -72,6 +51,7 @@ def command(
     print_config: bool,
 ) -> None:
     """Resolve the config, run the stage, print a summary."""
+    from conductor_core.configfiles import parse_sets
     from conductor_core.train import bundled_config_path
     from conductor_core.train.config import load_config
 

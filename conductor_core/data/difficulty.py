@@ -1,7 +1,8 @@
 """Difficulty filter: keep problems a reference worker (or several) neither always nor never solves.
 
-Each problem is run ``samples`` times on each reference worker as a one-step workflow through the
-executor (so the pool's retries, cache and accounting apply), and the answers are graded. The solve
+Each problem is run ``samples`` times on each reference worker as a one-step plan (a fixed plan
+source) through the solve loop, like every other plan (so the pool's retries, cache and accounting
+apply), and the answers are graded. The solve
 rate counts only samples without an infrastructure failure; a problem whose samples all failed on
 infrastructure has no rate and is removed with that reason. Kept problems carry
 ``metadata["solve_rate"]`` and ``metadata["solve_samples"]``.
@@ -14,10 +15,14 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conductor_core.data.config import DifficultyConfig
 from conductor_core.data.records import Filtered, Removal
 from conductor_core.tasks.problem import Problem, write_jsonl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from conductor_core.workflow.executor import WorkerCaller
 
 Grader = Callable[[Problem, str], Awaitable[bool]]
 """Async grader returning whether an answer is right."""
@@ -46,26 +51,34 @@ async def _default_grader(problem: Problem, answer: str) -> bool:
 
 async def rate_problems(
     problems: Sequence[Problem],
-    pool: object,
+    pool: WorkerCaller,
     config: DifficultyConfig,
     *,
     grader: Grader | None = None,
     on_done: Callable[[], None] | None = None,
 ) -> list[Rating]:
     """Rate every problem on ``pool`` (anything with the executor's ``WorkerCaller`` shape)."""
-    from conductor_core.workflow.executor import execute
-    from conductor_core.workflow.model import Step, Workflow
+    from conductor_core.policy.fixed import one_step
+    from conductor_core.solve import SolveOptions, solve
 
     grade = grader or _default_grader
     sem = asyncio.Semaphore(config.concurrency)
+    # One round of one step: the reference worker alone, as the plan says, nothing more.
+    options = SolveOptions(max_rounds=1, max_steps=1)
+    sources = {w: one_step(w, config.subtask, f"difficulty: worker {w}") for w in config.workers}
 
     async def one(problem: Problem) -> Rating:
         correct = valid = infra = 0
         async with sem:
             for worker in config.workers:
-                plan = Workflow(steps=(Step(worker=worker, subtask=config.subtask, access=()),))
                 for sample in range(config.samples):
-                    trace = await execute(plan, problem.question, pool, sample_index=sample)
+                    trace = await solve(
+                        problem.question,
+                        sources[worker],
+                        pool,
+                        options=options,
+                        sample_index=sample,
+                    )
                     if trace.infra_error:
                         infra += 1
                         continue
@@ -109,7 +122,7 @@ def difficulty_filter(
     problems: Sequence[Problem],
     config: DifficultyConfig,
     *,
-    pool: object | None = None,
+    pool: WorkerCaller | None = None,
     grader: Grader | None = None,
     progress: bool = True,
 ) -> Filtered:
@@ -124,7 +137,7 @@ def difficulty_filter(
 async def _run(
     problems: list[Problem],
     config: DifficultyConfig,
-    pool: object | None,
+    pool: WorkerCaller | None,
     grader: Grader | None,
     progress: bool,
 ) -> Filtered:
@@ -149,7 +162,7 @@ async def _run(
     return apply_ratings(problems, ratings, config)
 
 
-def _open_pool(problems: list[Problem], config: DifficultyConfig) -> object:
+def _open_pool(problems: list[Problem], config: DifficultyConfig) -> WorkerCaller:
     from conductor_core.errors import ConfigError
     from conductor_core.workers.config import load_pool
     from conductor_core.workers.pool import WorkerPool

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from conductor_core.configfiles import deep_merge, read_yaml_file
 from conductor_core.errors import ConfigError, format_validation_error
+from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT
 
 
 class _Strict(BaseModel):
@@ -59,13 +60,24 @@ class ShardSpec(_Strict):
         return f"{self.index}of{self.count}"
 
 
+EXPERIMENT = "conductor-eval"
+"""The MLflow experiment of an evaluation run on its own (``conductor eval run --mlflow``); under
+a pipeline an evaluation logs into the pipeline's run instead."""
+
+EVALUATION_EXPERIMENTS = (EXPERIMENT, PIPELINE_EXPERIMENT)
+"""The experiments that hold evaluations: those run on their own (:data:`EXPERIMENT`) and those
+of the pipelines (under each pipeline run, in
+:data:`~conductor_core.track.pipeline_runs.PIPELINE_EXPERIMENT`). ``conductor eval compare``
+without a run or an experiment reads these."""
+
+
 class MlflowSpec(_Strict):
     """Logging to MLflow (tracking URI: ``$MLFLOW_TRACKING_URI``, else a local SQLite store)."""
 
     enabled: bool = Field(
         default=False, description="Log figures, reports and sampled traces to MLflow."
     )
-    experiment: str = Field(default="conductor-eval", description="MLflow experiment name.")
+    experiment: str = Field(default=EXPERIMENT, description="MLflow experiment name.")
     run_name: str | None = Field(
         default=None,
         description="MLflow run name (default: <benchmark>-<setting>-shard<I>of<N>).",

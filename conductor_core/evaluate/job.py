@@ -147,10 +147,9 @@ def run_shard(
     """
     import asyncio
 
-    from conductor_core.evaluate.aggregate import aggregate
     from conductor_core.evaluate.methods import PlanSourceMethod
     from conductor_core.evaluate.records import dedupe, read_records
-    from conductor_core.evaluate.report import write_report
+    from conductor_core.evaluate.report import aggregate_report
     from conductor_core.evaluate.runner import RunConfig, run_eval
     from conductor_core.evaluate.shards import shard_by_count
     from conductor_core.evaluate.specs import build_baselines
@@ -231,14 +230,13 @@ def run_shard(
                 for m in methods:
                     await m.aclose()
 
-    records = asyncio.run(go())
-    summary = aggregate(records)
-    report = write_report(
-        summary,
+    aggregated = aggregate_report(
+        asyncio.run(go()),
         out,
         title=f"{config.benchmark} shard {index}/{count}",
         worker_names=[w.display_name for w in pool_config.workers],
     )
+    records, summary, report = aggregated.records, aggregated.summary, aggregated.paths
     result = ShardResult(
         config=config,
         out_dir=out,

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
 from conductor_core.policy.base import PlanRequest, PlanResult, PlanSource
+from conductor_core.policy.fixed import FixedPlanSource, one_step
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import WorkerConfig
@@ -174,31 +175,9 @@ class PlanSourceMethod:
         await self.source.aclose()
 
 
-class FixedPlanSource:
-    """A plan source that writes the same workflow for every question (labelled in its text)."""
-
-    def __init__(self, label: str, build: Callable[[PlanRequest], Workflow]) -> None:
-        self.label = label
-        self.build = build
-
-    async def plan(self, request: PlanRequest) -> PlanResult:
-        if request.previous is not None:  # baselines never refine: keep the answer
-            return PlanResult(
-                raw=f"# {self.label}: keep\n" + Workflow().render(), workflow=Workflow()
-            )
-        wf = self.build(request)
-        return PlanResult(raw=f"# {self.label}\n{wf.render()}", workflow=wf)
-
-    async def aclose(self) -> None:
-        return None
-
-
 def single_worker(worker: int) -> FixedPlanSource:
     """Baseline: one worker answers alone."""
-    return FixedPlanSource(
-        f"single worker {worker}",
-        lambda _r: Workflow(steps=(Step(worker=worker, subtask=SOLVE),)),
-    )
+    return one_step(worker, SOLVE)
 
 
 def mixture_of_agents(

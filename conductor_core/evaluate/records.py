@@ -13,9 +13,13 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from conductor_core.errors import ConductorError
 from conductor_core.outcome import Outcome
 
 RECORD_VERSION = 1
+
+RECORDS_GLOB = "records-*.jsonl"
+"""The records files of a shard's output folder (``records-IofN.jsonl``)."""
 
 
 class EvalRecord(Outcome):
@@ -64,6 +68,29 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[EvalRecord]:
                     fh.truncate(good_bytes)
             break
         good_bytes += len(line) + 1
+    return records
+
+
+def read_record_sources(sources: Iterable[str | Path]) -> list[EvalRecord]:
+    """Every record of ``sources``, in order, duplicates included (:func:`dedupe` picks the last).
+
+    A source is a records file or a shard's output folder, whose :data:`RECORDS_GLOB` files are
+    read in name order. A folder without any, or a source that does not exist, raises
+    :class:`ConductorError` (a shard that wrote nothing failed; it is not an empty shard).
+    """
+    records: list[EvalRecord] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            files = sorted(path.glob(RECORDS_GLOB))
+            if not files:
+                raise ConductorError(f"evaluation shard {path} holds no {RECORDS_GLOB}")
+        elif path.is_file():
+            files = [path]
+        else:
+            raise ConductorError(f"evaluation records {path}: no records (no such file or folder)")
+        for f in files:
+            records += read_records(f)
     return records
 
 

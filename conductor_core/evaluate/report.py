@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from conductor_core.evaluate.aggregate import OVERALL, Summary
+from conductor_core.evaluate.aggregate import OVERALL, Summary, aggregate
+from conductor_core.evaluate.records import EvalRecord, dedupe
 
 
 def _pct(x: float) -> str:
@@ -305,3 +308,39 @@ def write_report(
         "summary": str(out / "summary.json"),
         "plots": ",".join(plots),
     }
+
+
+@dataclass
+class AggregateReport:
+    """What :func:`aggregate_report` made of a set of records."""
+
+    records: list[EvalRecord]
+    """The records aggregated: one per (method, problem, repeat), the last one of each."""
+    summary: Summary
+    paths: dict[str, str]
+    """The report's files, as :func:`write_report` returns them."""
+
+
+def aggregate_report(
+    records: Iterable[EvalRecord],
+    out_dir: str | Path,
+    *,
+    title: str = "Evaluation",
+    worker_names: list[str] | None = None,
+    paper_setting: str | None = None,
+) -> AggregateReport:
+    """Records -> figures -> report, the one path every evaluation takes (a shard, a preset,
+    ``conductor eval aggregate``, the pipeline's aggregate step).
+
+    The records are de-duplicated by key (method, problem id, repeat; the last one wins, as a
+    re-run of an infrastructure failure is appended after it), aggregated, and the report is
+    written into ``out_dir`` (see :func:`write_report`). The returned records are the
+    de-duplicated ones: log those (per-problem table, traces), so that what MLflow shows counts
+    what the figures count. No records make an empty report.
+    """
+    kept = dedupe(records)
+    summary = aggregate(kept)
+    paths = write_report(
+        summary, out_dir, title=title, worker_names=worker_names, paper_setting=paper_setting
+    )
+    return AggregateReport(records=kept, summary=summary, paths=paths)

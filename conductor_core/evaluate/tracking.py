@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_core.evaluate.aggregate import OVERALL, Summary
+from conductor_core.evaluate.config import EVALUATION_EXPERIMENTS, EXPERIMENT
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.track.mlflow_run import restores_tracking_uri
 
-EXPERIMENT = "conductor-eval"
 EVAL_STAGE = "aggregate"
 """The pipeline stage an evaluation logs under by default."""
 
@@ -271,9 +271,12 @@ def compare_runs(
     first (an evaluation's methods in the order they were evaluated).
 
     Which ones: those nested in ``parent_run_id`` (an evaluation run, or a pipeline run: then the
-    method runs of all its evaluations); else those of the pipeline run tagged ``kfp_run_id``;
-    else every method run of ``experiment``. ``experiment`` (default ``conductor-eval`` when no
-    run is named; every experiment otherwise) narrows the search.
+    method runs of all its evaluations); else those of the pipeline run ``kfp_run_id`` names (its
+    KFP run id, its MLflow run name or a local run's name: see
+    :func:`~conductor_core.track.pipeline_runs.kfp_run_ids`); else the newest method runs of
+    every evaluation. ``experiment`` narrows the search; by default a named run is looked for in
+    every experiment, and the newest evaluations in
+    :data:`~conductor_core.evaluate.config.EVALUATION_EXPERIMENTS`.
     """
     from conductor_core.track.mlflow_run import configure
     from conductor_core.track.pipeline_runs import (
@@ -282,18 +285,18 @@ def compare_runs(
         TAG_PARENT,
         TAG_PIPELINE_RUN,
         TAG_ROLE,
+        kfp_run_ids,
         tag_filter,
     )
 
     mlflow = configure(tracking_uri)
-    if experiment is None and not (parent_run_id or kfp_run_id):
-        experiment = EXPERIMENT
     experiment_ids: list[str] | None = None
-    if experiment is not None:
-        exp = mlflow.get_experiment_by_name(experiment)
-        if exp is None:
+    if experiment is not None or not (parent_run_id or kfp_run_id):
+        names = (experiment,) if experiment is not None else EVALUATION_EXPERIMENTS
+        found = [mlflow.get_experiment_by_name(name) for name in names]
+        experiment_ids = [exp.experiment_id for exp in found if exp is not None]
+        if not experiment_ids:
             return []
-        experiment_ids = [exp.experiment_id]
     elif parent_run_id:
         experiment_ids = [mlflow.MlflowClient().get_run(parent_run_id).info.experiment_id]
     role = {TAG_ROLE: "method"}
@@ -302,30 +305,41 @@ def compare_runs(
             mlflow, tag_filter({**role, TAG_PARENT: parent_run_id}), experiment_ids, max_runs
         )
         if not runs:
-            found = tag_filter({**role, TAG_PIPELINE_RUN: parent_run_id})
-            runs = _search(mlflow, found, experiment_ids, max_runs)
+            found_runs = tag_filter({**role, TAG_PIPELINE_RUN: parent_run_id})
+            runs = _search(mlflow, found_runs, experiment_ids, max_runs)
     elif kfp_run_id:
-        runs = _search(
-            mlflow, tag_filter({**role, TAG_KFP_RUN_ID: kfp_run_id}), experiment_ids, max_runs
-        )
+        runs = []
+        for kfp_id in kfp_run_ids(kfp_run_id, experiment_ids=experiment_ids):
+            found_runs = tag_filter({**role, TAG_KFP_RUN_ID: kfp_id})
+            runs += _search(mlflow, found_runs, experiment_ids, max_runs)
+        runs = sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True)[:max_runs]
     else:
         runs = _search(mlflow, tag_filter(role), experiment_ids, max_runs)
     client = mlflow.MlflowClient()
-    names: dict[str, str] = {}
+    names_of: dict[str, str] = {}
+
+    def name_of(run_id: str) -> str:
+        if run_id not in names_of:
+            try:
+                names_of[run_id] = client.get_run(run_id).info.run_name or run_id
+            except Exception:  # a deleted run: show its id
+                names_of[run_id] = run_id
+        return names_of[run_id]
+
     out = []
     for r in runs:
         tags = r.data.tags
         parent = tags.get(TAG_PARENT, "")
-        if parent and parent not in names:
-            try:
-                names[parent] = client.get_run(parent).info.run_name or parent
-            except Exception:  # a deleted parent: show its id
-                names[parent] = parent
+        evaluation = name_of(parent) if parent else ""
+        root = tags.get(TAG_PIPELINE_RUN, "")
+        if root and root != parent:
+            # Under a pipeline the evaluation is a stage run ("evaluate"): say whose.
+            evaluation = f"{name_of(root)}/{evaluation}"
         out.append(
             MethodRun(
                 run_id=r.info.run_id,
                 method=tags.get(TAG_METHOD) or r.data.params.get("method") or r.info.run_name,
-                evaluation=names.get(parent, ""),
+                evaluation=evaluation,
                 parent_run_id=parent,
                 params=dict(r.data.params),
                 metrics=dict(r.data.metrics),

@@ -20,7 +20,6 @@ from conductor_core.errors import ConfigError
 from conductor_core.track.storage import is_s3, join
 
 TRAINING_PIPELINE = "conductor-training"
-EXPERIMENT = "conductor"
 ARTIFACT_ROOT_ENV = "CONDUCTOR_ARTIFACT_ROOT"
 WORKDIR_ENV = "CONDUCTOR_WORKDIR"
 DEFAULT_ARTIFACT_ROOT = "runs/pipelines"
@@ -61,9 +60,9 @@ def parent_run(run_id: str, pipeline: str, tracking_uri: str | None = None) -> s
     step finds it by the KFP run id). None without a run id (a step called on its own)."""
     if not run_id:
         return None
-    from conductor_core.track.pipeline_runs import pipeline_run
+    from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT, pipeline_run
 
-    return pipeline_run(pipeline, run_id, experiment=EXPERIMENT, tracking_uri=tracking_uri)
+    return pipeline_run(pipeline, run_id, experiment=PIPELINE_EXPERIMENT, tracking_uri=tracking_uri)
 
 
 def log_stage(

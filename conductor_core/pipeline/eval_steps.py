@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conductor_core.errors import ConductorError, ConfigError
+from conductor_core.errors import ConfigError
 from conductor_core.pipeline.context import (
     TRAINING_PIPELINE,
     Log,
@@ -95,45 +95,41 @@ def aggregate_step(
     params: dict[str, Any] | None = None,
     log: Log = print_line,
 ) -> dict[str, Any]:
-    """Merge the records of every shard folder, write the report (Markdown, HTML, ``summary.json``,
-    plots) into ``out_dir``, and return the comparison (:func:`comparison`) with the overall
-    figures per method. With a ``run_id`` the evaluation goes to the pipeline run's ``evaluate``
+    """Merge the records of every shard folder (a record repeated across or within shards counts
+    once: :func:`~conductor_core.evaluate.report.aggregate_report`), write the report (Markdown,
+    HTML, ``summary.json``, plots) into ``out_dir``, and return the comparison
+    (:func:`comparison`) with the overall figures per method, the report's paths and the number
+    of records aggregated. With a ``run_id`` the evaluation goes to the pipeline run's ``evaluate``
     run, with one nested run per method (the same metric names in each, for MLflow's compare
     view); ``params`` (pool, profile, model version, ...) go on each."""
-    from conductor_core.evaluate.aggregate import aggregate
-    from conductor_core.evaluate.records import read_records
-    from conductor_core.evaluate.report import write_report
+    from conductor_core.evaluate.records import read_record_sources
+    from conductor_core.evaluate.report import aggregate_report
 
-    records = []
-    for folder in shard_dirs:
-        files = sorted(Path(folder).glob("records-*.jsonl"))
-        if not files:
-            raise ConductorError(f"evaluation shard {folder} holds no records-*.jsonl")
-        for f in files:
-            records += read_records(f)
-    summary = aggregate(records)
-    paths = write_report(summary, out_dir, title=title)
-    table = comparison(summary)
+    report = aggregate_report(read_record_sources(shard_dirs), out_dir, title=title)
+    table = comparison(report.summary)
     (Path(out_dir) / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
     parent = parent_run(run_id, pipeline, tracking_uri)
     if parent is not None:
         from conductor_core.evaluate.tracking import log_evaluation
 
         log_evaluation(
-            summary,
-            records,
-            paths,
+            report.summary,
+            report.records,
+            report.paths,
             params=params,
             method_params={
                 m: {"kind": "conductor" if m == CONDUCTOR_METHOD else "baseline"}
-                for m in summary.methods
+                for m in report.summary.methods
             },
             parent_run_id=parent,
             stage="evaluate",
             tracking_uri=tracking_uri,
         )
-    log(f"aggregated {len(records)} records of {len(shard_dirs)} shard(s): {paths['markdown']}")
-    return {"comparison": table, "paths": paths}
+    log(
+        f"aggregated {len(report.records)} records of {len(shard_dirs)} shard(s): "
+        f"{report.paths['markdown']}"
+    )
+    return {"comparison": table, "paths": report.paths, "records": len(report.records)}
 
 
 def comparison(summary: Any) -> dict[str, Any]:

@@ -38,6 +38,7 @@ import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from conductor_core.errors import ConfigError
@@ -54,10 +55,15 @@ from conductor_core.track.scrub import is_secret_key, scrub_value, secret_values
 
 _LOG = logging.getLogger(__name__)
 
+PIPELINE_EXPERIMENT = "conductor"
+"""The MLflow experiment of the pipelines: each pipeline run is a parent run in it."""
+
 GIT_COMMIT_ENV = "CONDUCTOR_GIT_COMMIT"
 """Environment variable with the git commit of the code (set in images built by CI)."""
 
 TAG_KFP_RUN_ID = "conductor.kfp_run_id"
+TAG_KFP_RUN_NAME = "conductor.kfp_run_name"
+"""On a parent run, where known: the KFP run's name (a local run's folder ``<pipeline>-<time>``)."""
 TAG_PIPELINE = "conductor.pipeline"
 TAG_PIPELINE_RUN = "conductor.pipeline_run_id"
 """On nested runs: the run id of the pipeline's parent run (the root)."""
@@ -250,6 +256,74 @@ def _log_params_once(run_id: str, params: Mapping[str, Any] | Any) -> dict[str, 
     return new
 
 
+@dataclass(frozen=True)
+class PipelineRun:
+    """A pipeline's parent run, as :func:`first_pipeline_run_since` finds it."""
+
+    run_id: str
+    run_name: str
+    kfp_run_id: str
+
+
+@restores_tracking_uri
+def first_pipeline_run_since(
+    pipeline: str,
+    since_ms: int,
+    *,
+    experiment: str = PIPELINE_EXPERIMENT,
+    tracking_uri: str | None = None,
+) -> PipelineRun | None:
+    """The first parent run of ``pipeline`` started at or after ``since_ms`` (milliseconds since
+    the epoch) in ``experiment``, else None: how a local run, which cannot choose its KFP run id,
+    learns the one its tasks used."""
+    mlflow = configure(tracking_uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    found = [
+        r
+        for r in _find(
+            mlflow.MlflowClient(),
+            [exp.experiment_id],
+            {TAG_ROLE: "pipeline", TAG_PIPELINE: pipeline},
+        )
+        if (r.info.start_time or 0) >= since_ms and TAG_KFP_RUN_ID in r.data.tags
+    ]
+    if not found:
+        return None
+    run = found[0]
+    return PipelineRun(run.info.run_id, run.info.run_name or "", run.data.tags[TAG_KFP_RUN_ID])
+
+
+@restores_tracking_uri
+def name_pipeline_run(run_id: str, kfp_run_name: str, *, tracking_uri: str | None = None) -> None:
+    """Tag the parent run ``run_id`` with the KFP run's name (:data:`TAG_KFP_RUN_NAME`), so that
+    :func:`kfp_run_ids` finds it by that name too."""
+    configure(tracking_uri).MlflowClient().set_tag(run_id, TAG_KFP_RUN_NAME, kfp_run_name)
+
+
+@restores_tracking_uri
+def kfp_run_ids(
+    ref: str, *, experiment_ids: list[str] | None = None, tracking_uri: str | None = None
+) -> list[str]:
+    """The KFP run ids that ``ref`` names: ``ref`` itself (a KFP run id), and those of the parent
+    runs named ``ref`` (``<pipeline>-<kfp run id>``, the run's name in MLflow) or tagged with it
+    as their KFP run name (a local run's folder; a path to it counts by its last part).
+    ``experiment_ids`` narrows the search (None: every experiment)."""
+    mlflow = configure(tracking_uri)
+    ref = ref.strip().rstrip("/")
+    name = ref.rsplit("/", 1)[-1]
+    ids = [name]
+    for key in (TAG_RUN_NAME, TAG_KFP_RUN_NAME):
+        search = {"filter_string": tag_filter({TAG_ROLE: "pipeline", key: name})}
+        if experiment_ids is None:
+            runs = mlflow.search_runs(search_all_experiments=True, output_format="list", **search)
+        else:
+            runs = mlflow.search_runs(experiment_ids, output_format="list", **search)
+        ids += [r.data.tags[TAG_KFP_RUN_ID] for r in runs if TAG_KFP_RUN_ID in r.data.tags]
+    return list(dict.fromkeys(ids))
+
+
 @contextmanager
 @restores_tracking_uri
 def nested_run(
@@ -336,18 +410,24 @@ def stage_run(
 __all__ = [
     "GIT_COMMIT_ENV",
     "INHERITED_TAGS",
+    "PIPELINE_EXPERIMENT",
     "STAGES",
     "TAG_GIT_COMMIT",
     "TAG_KFP_RUN_ID",
+    "TAG_KFP_RUN_NAME",
     "TAG_METHOD",
     "TAG_PARENT",
     "TAG_PIPELINE",
     "TAG_PIPELINE_RUN",
     "TAG_ROLE",
     "TAG_STAGE",
+    "PipelineRun",
     "end_pipeline_run",
     "find_nested_run",
+    "first_pipeline_run_since",
     "git_commit",
+    "kfp_run_ids",
+    "name_pipeline_run",
     "nested_run",
     "pipeline_run",
     "stage_run",

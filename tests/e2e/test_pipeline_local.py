@@ -51,6 +51,7 @@ def test_every_task_ran_and_the_summary_compares_the_trained_model(run):
     text = render_summary(result, root=root)
     assert "trained Conductor" in text and "train-3" in text
     assert f"sqlite:///{root / 'mlflow.db'}" in text
+    assert result.kfp_run_id and f"conductor eval compare --kfp-run-id {result.kfp_run_id}" in text
 
 
 def test_stages_hand_on_manifests_and_the_model_is_registered(run):

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from conductor_core.cli import cli
 from conductor_core.evaluate import EvalConfig, run_shard
-from conductor_core.evaluate.aggregate import OVERALL
+from conductor_core.evaluate.aggregate import OVERALL, aggregate
 from conductor_core.evaluate.records import read_records
 from conductor_core.evaluate.tracking import compare_runs, log_evaluation, method_metrics
 from conductor_core.track import pipeline_runs
@@ -32,6 +32,7 @@ from conductor_core.track.pipeline_runs import (
     pipeline_run,
     stage_run,
 )
+from tests.support.eval_records import eval_record
 
 pytestmark = pytest.mark.slow
 
@@ -317,3 +318,91 @@ def test_training_stage_logs_into_its_pipeline_stage_run(env, tmp_path, monkeypa
     third.finish()
     assert third.run_id == injected
     assert [r.data.tags[TAG_STAGE] for r in _children(parent)] == ["base"]
+
+
+def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_path):
+    """What `conductor pipeline run training --local` leaves in MLflow, made with the pipeline's
+    own steps (its parent run, tagged with the KFP run id the local runner drew, and the
+    aggregate step's evaluation under it): the summary names the run and prints the compare
+    command, and that command, the names the summary shows and plain `compare` all find the
+    method runs; the evaluation logged counts a re-run record once."""
+    import shlex
+    import time
+
+    from conductor_core.evaluate.records import RecordWriter
+    from conductor_core.pipeline.eval_steps import aggregate_step
+    from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT
+    from pipelines.local import LocalRun, _mlflow_run
+    from pipelines.summary import render_summary
+
+    shard = tmp_path / "shard"
+    with RecordWriter(shard / "records-0of1.jsonl") as w:
+        w.write(eval_record("p1", "conductor", infra_error=True))
+        w.write(eval_record("p2", "conductor", correct=False))
+        w.write(eval_record("p1", "conductor"))  # the re-run of the infrastructure failure
+        w.write(eval_record("p1", "single:a", correct=False))
+        w.write(eval_record("p2", "single:a"))
+    run_dir = tmp_path / "kfp" / "conductor-training-2030-01-02-03-04-05-000006"
+    started_ms = int(time.time() * 1000)
+    aggregate_step(
+        [shard],
+        run_dir / "aggregate" / "comparison",
+        run_id="31415926",
+        pipeline="conductor-training",
+        tracking_uri=env,
+        log=lambda _: None,
+    )
+    found = _mlflow_run("conductor-training", started_ms, tmp_path, run_dir)
+    assert found is not None and found.kfp_run_id == "31415926"
+    assert found.run_name == "conductor-training-31415926"
+    parent = _client().get_run(found.run_id)
+    assert _client().get_experiment(parent.info.experiment_id).name == PIPELINE_EXPERIMENT
+
+    run = LocalRun(
+        pipeline="training",
+        run_dir=run_dir,
+        log_path=tmp_path / "run.log",
+        seconds=1.0,
+        kfp_run_id=found.kfp_run_id,
+        mlflow_run_name=found.run_name,
+    )
+    summary = render_summary(run, root=tmp_path)
+    assert "conductor-training-31415926 (KFP run id 31415926)" in summary
+    (command,) = [line for line in summary.splitlines() if "conductor eval compare" in line]
+    args = shlex.split(command[command.index("conductor eval compare") :])[1:]
+    runner = CliRunner()
+
+    def methods(*argv: str) -> dict[str, dict]:
+        out = runner.invoke(cli, [*argv, "--format", "json"])
+        assert out.exit_code == 0, out.output
+        return {row["method"]: row for row in json.loads(out.output)}
+
+    rows = methods(*args)
+    assert set(rows) == {"conductor", "single:a"}
+    assert rows["conductor"]["accuracy"] == pytest.approx(0.5)
+    for name in (found.run_name, run_dir.name, str(run_dir)):
+        assert methods("eval", "compare", "--kfp-run-id", name) == rows
+    table = runner.invoke(cli, ["eval", "compare", "--kfp-run-id", run_dir.name])
+    assert "conductor-training-31415926/evaluate" in table.output
+
+    # plain `compare` reads the pipelines' experiment beside the standalone evaluations'
+    records = [eval_record("p1", "single:b")]
+    standalone = log_evaluation(aggregate(records), records, {}, run_name="on its own")
+    latest = methods("eval", "compare")
+    assert {"conductor", "single:a", "single:b"} <= set(latest)
+    assert latest["single:b"]["run_id"] == standalone.method_runs["single:b"]
+
+    # the evaluation run's per-problem table holds the re-run, not the failure before it
+    evaluation = rows["conductor"]["parent_run_id"]
+    path = _client().download_artifacts(evaluation, "per_problem.json", str(tmp_path))
+    with open(path, encoding="utf-8") as fh:
+        logged = json.load(fh)  # MLflow's table format: {"columns": [...], "data": [rows]}
+    table = [dict(zip(logged["columns"], row, strict=True)) for row in logged["data"]]
+    pairs = sorted((r["method"], r["problem_id"], r["infra_error"]) for r in table)
+    assert [(m, p) for m, p, _ in pairs] == [
+        ("conductor", "p1"),
+        ("conductor", "p2"),
+        ("single:a", "p1"),
+        ("single:a", "p2"),
+    ]
+    assert not any(infra for _, _, infra in pairs)

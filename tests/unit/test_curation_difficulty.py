@@ -122,3 +122,31 @@ def test_progress_bar_does_not_change_results() -> None:
         problems, cfg, pool=ScriptedPool({"Q-some": 1}), grader=exact_grader, progress=True
     )
     assert [p.id for p in kept] == ["some"]
+
+
+def test_each_sample_is_a_fixed_one_step_plan_through_solve(monkeypatch) -> None:
+    import conductor_core.solve as solve_module
+    from conductor_core.policy.fixed import FixedPlanSource
+
+    real_solve = solve_module.solve
+    seen = []
+
+    async def watched(question, plan_source, pool, **kwargs):
+        trace = await real_solve(question, plan_source, pool, **kwargs)
+        seen.append((plan_source, kwargs["sample_index"], trace))
+        return trace
+
+    monkeypatch.setattr(solve_module, "solve", watched)
+    cfg = DifficultyConfig(pool="p.yaml", workers=[1], samples=3, subtask="Answer it.")
+    pool = ScriptedPool({"Q-some": 2})
+    kept, _ = difficulty_filter(
+        [prob("some", "Q-some")], cfg, pool=pool, grader=exact_grader, progress=False
+    )
+    assert kept[0].metadata["solve_rate"] == round(2 / 3, 4)
+    assert [k for _, k, _ in seen] == [0, 1, 2]
+    for source, _, trace in seen:
+        assert isinstance(source, FixedPlanSource)
+        (round_,) = trace.rounds
+        assert round_.raw_plan.startswith("# difficulty: worker 1")
+        (step,) = round_.workflow.steps
+        assert step.worker == 1 and step.subtask == "Answer it."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,67 @@ def test_aggregate_excludes_infra_failures_and_averages_benchmarks() -> None:
     assert avg.cost_per_question == pytest.approx(0.4 / 4)
     assert avg.worker_share == {0: 0.5, 1: 0.5}
     assert x.plan_lengths == {1: 1, 2: 1}
+
+
+def test_read_record_sources_takes_files_and_shard_folders(tmp_path) -> None:
+    from conductor_core.evaluate.records import read_record_sources
+
+    shard = tmp_path / "shard"
+    for tag, pid in (("1of2", "b"), ("0of2", "a")):
+        with RecordWriter(shard / f"records-{tag}.jsonl") as w:
+            w.write(rec(pid))
+    with RecordWriter(tmp_path / "more.jsonl") as w:
+        w.write(rec("c"))
+    got = read_record_sources([shard, tmp_path / "more.jsonl"])
+    assert [r.problem_id for r in got] == ["a", "b", "c"]  # a folder's files in name order
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConductorError, match="holds no records"):
+        read_record_sources([tmp_path / "empty"])
+    with pytest.raises(ConductorError, match="no such file or folder"):
+        read_record_sources([tmp_path / "missing.jsonl"])
+
+
+def test_aggregate_report_counts_each_record_once_the_last_one(tmp_path) -> None:
+    from conductor_core.evaluate.report import aggregate_report
+
+    # an infrastructure failure, then its re-run appended after it; and one record read twice
+    records = [
+        rec("a", infra_error=True),
+        rec("b", correct=False),
+        rec("a"),
+        rec("b", correct=False),
+    ]
+    report = aggregate_report(records, tmp_path / "out", title="T")
+    assert [(r.problem_id, r.infra_error) for r in report.records] == [("a", False), ("b", False)]
+    overall = report.summary.get("m", OVERALL)
+    assert overall.records == 2 and overall.accuracy == 0.5 and overall.infra_failure_rate == 0
+    assert report.summary == aggregate(report.records)
+    assert report.paths["markdown"] == str(tmp_path / "out" / "report.md")
+    assert all(Path(report.paths[k]).is_file() for k in ("markdown", "html", "summary"))
+    assert "# T" in Path(report.paths["markdown"]).read_text()
+    empty = aggregate_report([], tmp_path / "none")
+    assert empty.records == [] and empty.summary.methods == []
+
+
+def test_eval_aggregate_command_reads_files_and_folders_and_counts_reruns_once(tmp_path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from conductor_core.cli import cli
+
+    with RecordWriter(tmp_path / "shard" / "records-0of2.jsonl") as w:
+        w.write(rec("a", infra_error=True))
+        w.write(rec("a"))
+    with RecordWriter(tmp_path / "records-1of2.jsonl") as w:
+        w.write(rec("b", correct=False))
+    out = tmp_path / "report"
+    args = ["eval", "aggregate", str(tmp_path / "shard"), str(tmp_path / "records-1of2.jsonl")]
+    result = CliRunner().invoke(cli, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    overall = next(r for r in rows if r["benchmark"] == OVERALL)
+    assert overall["records"] == 2 and overall["accuracy"] == 0.5
+    (tmp_path / "empty.jsonl").write_text("")
+    empty = CliRunner().invoke(cli, ["eval", "aggregate", str(tmp_path / "empty.jsonl")])
+    assert empty.exit_code == 1 and "no records" in empty.output

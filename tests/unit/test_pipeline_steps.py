@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from conductor_core.errors import ConductorError, ConfigError
+from tests.support.eval_records import eval_record
 
 
 def test_run_folder_is_under_the_root_and_safe(tmp_path, monkeypatch):
@@ -185,6 +187,32 @@ def test_eval_shard_and_aggregate_on_the_held_out_split(tmp_path):
     assert len(lines) == 2 * 20
     with pytest.raises(ConductorError, match="no records"):
         aggregate_step([tmp_path / "empty"], tmp_path / "agg2", log=lambda _: None)
+
+
+def test_aggregate_step_counts_a_rerun_record_once(tmp_path):
+    """A shard's records file keeps an infrastructure failure and, appended after it, its re-run:
+    the pipeline's aggregate counts the re-run only, as `conductor eval aggregate` does."""
+    from conductor_core.evaluate.records import RecordWriter
+    from conductor_core.pipeline.eval_steps import aggregate_step
+
+    shard = tmp_path / "0of1"
+    with RecordWriter(shard / "records-0of1.jsonl") as w:
+        w.write(eval_record("p1", "conductor", infra_error=True))
+        w.write(eval_record("p2", "conductor", correct=False))
+        w.write(eval_record("p1", "conductor"))
+        w.write(eval_record("p1", "single:a", correct=False))
+        w.write(eval_record("p2", "single:a", correct=False))
+    lines = []
+    result = aggregate_step([shard], tmp_path / "agg", log=lines.append)
+    assert result["records"] == 4
+    assert lines[-1].startswith("aggregated 4 records of 1 shard(s)")
+    conductor = result["comparison"]["rows"][0]
+    assert conductor["method"] == "conductor" and conductor["accuracy"] == 0.5
+    summary = json.loads(Path(result["paths"]["summary"]).read_text())
+    overall = next(
+        r for r in summary["rows"] if r["method"] == "conductor" and r["benchmark"] == "average"
+    )
+    assert overall["records"] == 2 and overall["infra_failure_rate"] == 0
 
 
 def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):

@@ -104,7 +104,8 @@ def test_bundled_configs_load(stage, profile):
 
 
 def test_cli_prints_resolved_config_and_reports_errors(tmp_path):
-    from conductor_core.cli.train import command, parse_sets
+    from conductor_core.cli.train import command
+    from conductor_core.configfiles import parse_sets
 
     assert parse_sets(("a.b=3", "c=x")) == {"a": {"b": 3}, "c": "x"}
     result = CliRunner().invoke(

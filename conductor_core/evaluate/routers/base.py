@@ -11,29 +11,18 @@ from typing import Any
 
 from conductor_core.errors import ConfigError
 from conductor_core.evaluate.records import EvalRecord
-from conductor_core.policy.base import PlanRequest, PlanResult
+from conductor_core.policy.fixed import FixedPlanSource
 from conductor_core.tasks.problem import Problem
 from conductor_core.workflow.model import Workflow
 
 
-class RoutedPlanSource:
+class RoutedPlanSource(FixedPlanSource):
     """A plan source whose first-round plan comes from ``choose(question)`` (a router); later
     rounds keep the answer. ``label`` heads the raw plan text."""
 
     def __init__(self, label: str, choose: Callable[[str], Workflow]) -> None:
-        self.label = label
+        super().__init__(label, lambda request: choose(request.question))
         self.choose = choose
-
-    async def plan(self, request: PlanRequest) -> PlanResult:
-        if request.previous is not None:
-            return PlanResult(
-                raw=f"# {self.label}: keep\n" + Workflow().render(), workflow=Workflow()
-            )
-        wf = self.choose(request.question)
-        return PlanResult(raw=f"# {self.label}\n{wf.render()}", workflow=wf)
-
-    async def aclose(self) -> None:
-        return None
 
 
 def correctness_table(
