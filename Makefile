@@ -1,8 +1,9 @@
 # Every test but the GPU ones, one worker per core (pytest-xdist; a test file stays on one
-# worker, so its module fixtures are built once), with the slowest tests listed at the end.
+# worker, so its module fixtures are built once; files handed out in collection order, where
+# tests/conftest.py puts the modules marked `minutes` first), the slowest tests listed at the end.
 test:
 	bash scripts/setup.sh
-	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider -n auto --dist loadfile --durations=15
+	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 # The unit tests, fast and pure by the rule tests/conftest.py enforces, one worker per core.
 test-fast:

@@ -1,7 +1,7 @@
 """Learning, shown: a tiny Conductor trained for minutes on CPU learns to route each domain of the
 simulated pool to its best worker (held-out questions), then to use only the workers it is
 offered (adaptive stage), and to keep right answers more often than wrong ones in a second round
-(recursive stage). The base stage on a pool drawn at random: test_learning_random_pool.py.
+(recursive stage). The base stage on pools drawn at random: bench/bench_learning_pools.py.
 
 One seed each. Floating-point results differ between CPUs, so a trajectory is not reproducible
 across machines: every bound below sits well inside the spread measured over seeds, bases and
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 WARMUP_STEPS = 300
 GRPO_STEPS = 130

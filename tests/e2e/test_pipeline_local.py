@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 # Plumbing only: a short warm-up (the profile's 300 steps took about 60 of the run's 160 s).
 PARAMS = {

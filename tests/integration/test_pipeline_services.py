@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 SMALL = {
     "questions_per_step": 4,

@@ -45,7 +45,7 @@ from tests.support.vllm_server import (
     start_vllm,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 QUESTIONS = [
     "A train travels 240 kilometres in 3 hours. At the same speed, how many kilometres "
