@@ -42,9 +42,10 @@ SLEEPER = "import time\ntime.sleep(600)\n"
 SPIN = "while True:\n    pass\n"
 
 
-def _sandbox_uid_processes(settle_s: float = 2.0) -> list[int]:
+def _sandbox_uid_processes(settle_s: float = 10.0) -> list[int]:
     """Host pids still running under one of the sandbox's per-run uids, after giving the
-    kernel up to ``settle_s`` to finish tearing down a killed namespace."""
+    kernel up to ``settle_s`` to finish tearing down a killed namespace (a fork bomb's
+    hundreds of processes took over 2 s to go on two cores busy with other tests)."""
     deadline = time.monotonic() + settle_s
     while True:
         found = _scan_sandbox_uids()
