@@ -102,6 +102,42 @@ def gateway_config(
 )
 @click.option("--trace-sample-rate", default=None, type=float, help="Share traced to MLflow.")
 @click.option(
+    "--header-timeout",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client has to send a request's headers; then 408 and closed [10].",
+)
+@click.option(
+    "--body-timeout",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client has to send a request's body; then 408 and closed [30].",
+)
+@click.option(
+    "--keep-alive-timeout",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds before an idle kept-alive connection is closed [5].",
+)
+@click.option(
+    "--max-connections",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Open connections on this replica; beyond: 503 [1024; null in --config: no limit].",
+)
+@click.option(
+    "--max-header-bytes",
+    default=None,
+    type=click.IntRange(min=1024),
+    help="Largest request line plus headers; larger: 400 [16384].",
+)
+@click.option(
+    "--drain-file",
+    default=None,
+    help="While this file exists (newer than the process), /readyz answers 503: draining "
+    "(the chart's preStop hook creates it).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -132,6 +168,12 @@ def command(
     max_concurrent_requests: int | None,
     max_concurrent_requests_per_key: int | None,
     trace_sample_rate: float | None,
+    header_timeout: float | None,
+    body_timeout: float | None,
+    keep_alive_timeout: float | None,
+    max_connections: int | None,
+    max_header_bytes: int | None,
+    drain_file: str | None,
     log_level: str,
 ) -> None:
     """Serve the Conductor as an OpenAI-compatible API at http://HOST:PORT/v1."""
@@ -139,6 +181,7 @@ def command(
     from conductor_core.serve.app import create_app
     from conductor_core.serve.auth import load_api_keys
     from conductor_core.serve.logs import configure_json_logging
+    from conductor_core.serve.server import uvicorn_options
 
     ctx = click.get_current_context()
 
@@ -166,6 +209,12 @@ def command(
             "max_concurrent_requests": max_concurrent_requests,
             "max_concurrent_requests_per_key": max_concurrent_requests_per_key,
             "trace_sample_rate": trace_sample_rate,
+            "header_timeout_s": header_timeout,
+            "body_timeout_s": body_timeout,
+            "keep_alive_timeout_s": keep_alive_timeout,
+            "max_connections": max_connections,
+            "max_header_bytes": max_header_bytes,
+            "drain_file": drain_file,
         },
     )
     uvicorn = require("uvicorn", extra="serve", purpose="the Conductor gateway")
@@ -188,4 +237,5 @@ def command(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=config.drain_timeout_s,
+        **uvicorn_options(config, app.state.metrics),  # read timeouts, connection limit
     )

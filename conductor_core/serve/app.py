@@ -3,21 +3,24 @@ ConductorServing`, built once per lifespan.
 
 Routes: ``POST /v1/chat/completions`` and ``GET /v1/models`` (API key and rate limit; chat
 completions also under the global and per-key concurrency limits), ``GET /healthz`` (the process
-is alive), ``GET /readyz`` (the plan source and the pool's endpoints answer), ``GET /metrics``
-(Prometheus text). Every error is an OpenAI error object with the right status, and
-``x-should-retry: false`` when sending the same request again cannot succeed. Every response
-carries ``X-Request-ID`` (the client's, when it sent a sane one) and every request is logged
-once (JSON when the CLI configured it) without keys or bodies.
+is alive), ``GET /readyz`` (this replica can serve: started, not draining, the Conductor answered
+within a cached window; the workers are not asked), ``GET /metrics`` (Prometheus text). A client
+that disconnects from a chat completion cancels its workflow. Every error is an OpenAI error
+object with the right status, and ``x-should-retry: false`` when sending the same request again
+cannot succeed. Every response carries ``X-Request-ID`` (the client's, when it sent a sane one)
+and every request is logged once (JSON when the CLI configured it) without keys or bodies.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the handlers' real annotations, and
 # fastapi is imported lazily inside :func:`create_app`.
 
+import asyncio
 import contextlib
 import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from conductor_core.errors import require
@@ -139,12 +142,23 @@ class RequestContextMiddleware:
             )
 
 
-async def read_body(request: Any, limit: int) -> bytes:
-    """The request body, read up to ``limit`` bytes.
+async def read_body(
+    request: Any,
+    limit: int,
+    timeout_s: float | None = None,
+    on_timeout: Callable[[], None] | None = None,
+) -> bytes:
+    """The request body, read up to ``limit`` bytes within ``timeout_s`` seconds (None: no
+    time limit; ``on_timeout`` is called when it runs out).
 
     Raises:
-        RequestError: 413 when the declared or actual body is larger than ``limit``.
+        RequestError: 413 when the declared or actual body is larger than ``limit``; 408
+            ``request_read_timeout`` (with ``Connection: close``, so that the server drops the
+            connection) when the body did not arrive in time; 499 ``client_disconnected`` when
+            the client went away before sending it all.
     """
+    from starlette.requests import ClientDisconnect
+
     too_large = RequestError(
         413,
         f"request body too large: the limit is {limit} bytes",
@@ -159,11 +173,28 @@ async def read_body(request: Any, limit: int) -> bytes:
             raise RequestError(400, "invalid Content-Length header") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        if on_timeout is not None:
+            on_timeout()
+        raise RequestError(
+            408,
+            f"the request body did not arrive within {timeout_s:g}s",
+            code="request_read_timeout",
+            headers={"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        raise RequestError(
+            499,
+            "the client closed the connection while sending the body",
+            code="client_disconnected",
+        ) from None
     return b"".join(chunks)
 
 
@@ -176,6 +207,8 @@ _ERROR_STATUSES = {
     "refused (`conductor_rejected_request`, e.g. a prompt longer than its context).",
     "401": "Missing or wrong API key (`Authorization: Bearer <key>`).",
     "404": "Another model than the served one (`model_not_found`).",
+    "408": "The request body did not arrive within `body_timeout_s` (`request_read_timeout`; "
+    "the connection is closed).",
     "413": "Request body over `max_body_bytes` (`request_too_large`).",
     "429": "The caller's rate limit is exhausted (`rate_limit_exceeded`) or too many requests "
     "are in flight (`concurrency_limit_exceeded`); retry after `Retry-After` seconds.",
@@ -289,8 +322,14 @@ def openapi_description(
             **errors("500"),
         },
         ("/readyz", "get"): {
-            "200": json_body(readiness, "The plan source and the pool's endpoints answer."),
-            "503": json_body(readiness, "Not ready: the failing checks are named."),
+            "200": json_body(
+                readiness,
+                "This replica can serve: started, not draining, and the Conductor answered "
+                "within the cached window (the workers are not asked).",
+            ),
+            "503": json_body(
+                readiness, "Not ready (starting, draining, or the Conductor does not answer)."
+            ),
             **errors("500"),
         },
         ("/metrics", "get"): {
@@ -319,6 +358,7 @@ def openapi_description(
                 "400",
                 "401",
                 "404",
+                "408",
                 "413",
                 "429",
                 "500",
@@ -475,6 +515,7 @@ def create_app(
             config, pool_config, source, metrics=metrics, **(serving_kwargs or {})
         )
         app.state.serving = serving
+        serving.start()
         logger.info(
             "gateway ready: model %s, %d workers, plan source %s",
             config.model_name,
@@ -565,13 +606,26 @@ def create_app(
             limiter.acquire(caller)
         return caller
 
+    def count_body_timeout() -> None:
+        metrics.read_timeouts.labels(phase="body").inc()
+
+    async def client_gone(receive: Any) -> None:
+        """Returns when the client disconnects. Once the body is read, the server's next
+        ``receive()`` message is ``http.disconnect`` (waiting costs nothing until then)."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/readyz")
     async def readyz(request: fastapi.Request):
-        ready, checks = await request.app.state.serving.readiness()
+        serving = getattr(request.app.state, "serving", None)
+        if serving is None:  # the lifespan has not started (or has ended)
+            ready, checks = False, {"gateway": "starting"}
+        else:
+            ready, checks = await serving.readiness()
         status = "ready" if ready else "not_ready"
         return JSONResponse(
             status_code=200 if ready else 503, content={"status": status, "checks": checks}
@@ -592,7 +646,10 @@ def create_app(
     async def chat_completions(request: fastapi.Request):
         caller = guard(request)
         serving = request.app.state.serving
-        body = parse_chat_request(await read_body(request, config.max_body_bytes))
+        raw = await read_body(
+            request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
+        )
+        body = parse_chat_request(raw)
         job = serving.prepare(body, request.state.request_id)
         slot = concurrency.acquire(caller)  # a slot only for a request that will run
         if body.stream:
@@ -603,7 +660,7 @@ def create_app(
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         with slot:
-            response = await serving.chat_completion(job)
+            response = await serving.chat_completion(job, client_gone(request.receive))
         return json_response(response.to_json_bytes())
 
     def openapi() -> dict[str, Any]:

@@ -73,10 +73,72 @@ class GatewayConfig(BaseModel):
         default=30.0,
         ge=0,
         description="On shutdown, how long in-flight workflows may finish before they are "
-        "cancelled (uvicorn's graceful-shutdown timeout and the lifespan's drain).",
+        "cancelled (uvicorn's graceful-shutdown timeout and the lifespan's drain). Below "
+        "request_timeout_s, the longest requests allowed can be cut by a shutdown (the Helm "
+        "chart refuses that combination).",
     )
     readiness_timeout_s: float = Field(
-        default=3.0, gt=0, description="Time limit of all /readyz endpoint checks together."
+        default=3.0,
+        gt=0,
+        description="Time limit of one check that the Conductor's endpoint answers (readiness) "
+        "and of one worker endpoint's health check.",
+    )
+    readiness_cache_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long the result of a Conductor check is reused by /readyz: the "
+        "Conductor's endpoint is asked at most once per window (concurrent probes share one "
+        "check), however often the replica is probed. 0: a check per probe.",
+    )
+    worker_health_interval_s: float | None = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between the background health checks of the pool's "
+        "OpenAI-compatible worker endpoints (GET /models with the worker's key), reported as "
+        "the metric conductor_gateway_worker_up{worker}; never on the /readyz path, and a "
+        "worker down does not make the replica unready. None: no checks.",
+    )
+    drain_file: str | None = Field(
+        default=None,
+        description="While this file exists and is newer than the process, /readyz answers 503 "
+        "(draining) and the replica keeps serving: the chart's preStop hook creates it before "
+        "the pod gets SIGTERM, so load balancers stop sending before the listener closes. A "
+        "file older than the process (left by an earlier container of the pod) is ignored. "
+        "None: no such file.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Time a client has to send a request's headers, counted from the "
+        "connection's opening (or from the first byte of the next request on a kept-alive "
+        "connection); over it the connection gets 408 (or, if it sent nothing, is just "
+        "closed). Bounds connections held open with partial or no headers.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Time a client has to send a request's whole body once its headers are in; "
+        "over it: 408 and the connection is closed.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="An idle kept-alive connection is closed after this many seconds "
+        "(uvicorn's timeout_keep_alive).",
+    )
+    max_connections: int | None = Field(
+        default=1024,
+        ge=1,
+        description="Open connections (and requests in progress) on this replica; a request "
+        "arriving beyond it is answered 503 and its connection closed (uvicorn's "
+        "limit_concurrency). Keep it well above max_concurrent_requests so that probes and "
+        "/metrics still get through. None: no limit.",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="Largest request line plus headers; larger: 400 and the connection is "
+        "closed (h11's max_incomplete_event_size).",
     )
     trace_sample_rate: float = Field(
         default=0.0,

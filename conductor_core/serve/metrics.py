@@ -5,12 +5,18 @@ Metric names (all prefixed ``conductor_gateway_``):
 * ``requests_total{route,method,status}``, ``request_duration_seconds{route}`` (histogram; for a
   stream, until its last byte);
 * ``workflows_total{outcome}`` (answered, format_error, infra_error, no_answer, timeout, error,
-  rejected: the Conductor's server refused the request), ``workflows_in_flight``;
+  rejected: the Conductor's server refused the request, client_disconnected: the client went
+  away and the workflow was cancelled), ``workflows_in_flight``;
 * ``rounds_per_request`` and ``steps_per_request`` (histograms of the workflows that ran);
 * ``worker_calls_total{worker}``, ``worker_errors_total{worker,kind}``,
   ``worker_retries_total{worker}`` (from each request's trace; ``worker`` is the display name);
 * ``tokens_total{source,kind}`` (source conductor|workers, kind prompt|completion) and
-  ``cost_dollars_total`` (worker calls).
+  ``cost_dollars_total`` (worker calls);
+* ``conductor_up`` (the Conductor answered the last readiness check: 1, else 0) and
+  ``worker_up{worker}`` (the worker's endpoint answered its last background health check: 1,
+  else 0; local and simulated workers 1; hosted APIs of other providers absent);
+* ``read_timeouts_total{phase}`` (headers|body: connections closed because a request did not
+  arrive in time).
 """
 
 from __future__ import annotations
@@ -78,6 +84,23 @@ class GatewayMetrics:
             **reg,
         )
         self.cost = pc.Counter(p + "cost_dollars", "Dollars spent on worker calls.", **reg)
+        self.conductor_up = pc.Gauge(
+            p + "conductor_up",
+            "1 when the Conductor answered the last readiness check, else 0.",
+            **reg,
+        )
+        self.worker_up = pc.Gauge(
+            p + "worker_up",
+            "1 when the worker's endpoint answered its last health check, else 0.",
+            ["worker"],
+            **reg,
+        )
+        self.read_timeouts = pc.Counter(
+            p + "read_timeouts",
+            "Connections closed because a request's headers or body did not arrive in time.",
+            ["phase"],
+            **reg,
+        )
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count one HTTP request and its latency."""

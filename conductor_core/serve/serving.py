@@ -18,10 +18,11 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +232,16 @@ def outcome_of(trace: SolveTrace) -> str:
     return "no_answer"
 
 
+class _ClientGone(Exception):
+    """The client disconnected before its workflow finished."""
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has stopped, so nothing of it runs afterwards."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 def _sse(data: dict[str, Any] | str) -> str:
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     return f"data: {payload}\n\n"
@@ -292,6 +303,8 @@ class ConductorServing:
         metrics: where workflows are counted.
         rng: decides which requests are traced to MLflow (``config.trace_sample_rate``).
         trace_logger: logs a trace (default: :func:`conductor_core.track.traces.log_solve_trace`).
+        probe_transport: the ``httpx`` transport of the readiness and health checks (tests
+            pass a mock; default: the network).
     """
 
     def __init__(
@@ -303,6 +316,7 @@ class ConductorServing:
         metrics: GatewayMetrics,
         rng: random.Random | None = None,
         trace_logger: Callable[..., Any] | None = None,
+        probe_transport: Any = None,
     ) -> None:
         from conductor_core.workers.pool import WorkerPool
 
@@ -334,6 +348,13 @@ class ConductorServing:
         self._active: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self.draining = False
+        # readiness: a drain file older than this process is a leftover of an earlier container
+        self._started_at = time.time()
+        self._probe_transport = probe_transport
+        self._conductor_status: tuple[float, str] | None = None  # (monotonic time, result)
+        self._conductor_check: asyncio.Task[str] | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self._health_targets, self._local_workers = self._health_plan()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -458,15 +479,24 @@ class ConductorServing:
         return tuple(ids)
 
     async def run(
-        self, job: SolveJob, on_event: Callable[[dict[str, Any]], None] | None = None
+        self,
+        job: SolveJob,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        client_gone: Awaitable[Any] | None = None,
     ) -> SolveTrace:
         """Solve ``job`` within ``config.request_timeout_s``; counts it in the metrics.
+
+        ``client_gone`` completes when the client disconnects: the workflow is then cancelled
+        (and awaited, so none of its worker calls starts afterwards) and counted as
+        ``client_disconnected``. Cancelling the caller cancels the workflow too.
 
         Raises:
             RequestError: 504 on timeout; 400 when the Conductor's server refused the request
                 itself (HTTP 400/413/422, e.g. a prompt longer than its context: a retry cannot
-                fix it); 502 when the plan source fails otherwise (unreachable Conductor). The
-                messages name no upstream URL.
+                fix it); 502 when the plan source fails otherwise (unreachable Conductor); 499
+                ``client_disconnected`` when ``client_gone`` completed first (nobody reads that
+                answer; it names the outcome in the access log). The messages name no upstream
+                URL.
         """
         task = asyncio.create_task(
             solve(
@@ -482,8 +512,25 @@ class ConductorServing:
         self._active.add(task)
         task.add_done_callback(self._active.discard)
         self.metrics.in_flight.inc()
+        watcher = asyncio.ensure_future(client_gone) if client_gone is not None else None
         try:
-            trace = await asyncio.wait_for(task, self.config.request_timeout_s)
+            async with asyncio.timeout(self.config.request_timeout_s):
+                if watcher is not None:
+                    await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+                    if not task.done():
+                        raise _ClientGone
+                trace = await task  # cancelling this await cancels the workflow too
+        except _ClientGone:
+            await _cancelled(task)
+            self.metrics.observe_failure("client_disconnected")
+            logger.info(
+                "the client disconnected: workflow cancelled", extra={"request_id": job.request_id}
+            )
+            raise RequestError(
+                499,
+                "the client closed the connection before the answer; the workflow was cancelled",
+                code="client_disconnected",
+            ) from None
         except TimeoutError:
             self.metrics.observe_failure("timeout")
             raise RequestError(
@@ -513,6 +560,12 @@ class ConductorServing:
                 code="conductor_unavailable",
             ) from None
         finally:
+            if watcher is not None:
+                if watcher.done() and not watcher.cancelled():
+                    watcher.exception()  # a failed receive() counts as gone; not worth a warning
+                watcher.cancel()
+            if not task.done():  # timed out while watching, or the caller was cancelled
+                await _cancelled(task)
             self.metrics.in_flight.dec()
         self.metrics.observe_workflow(trace, self.worker_names, outcome_of(trace))
         self._maybe_log_trace(job, trace)
@@ -553,18 +606,22 @@ class ConductorServing:
             )
         return None
 
-    async def chat_completion(self, job: SolveJob) -> ChatCompletionResponse:
+    async def chat_completion(
+        self, job: SolveJob, client_gone: Awaitable[Any] | None = None
+    ) -> ChatCompletionResponse:
         """Solve ``job`` and answer as one ``chat.completion``.
 
         A workflow stopped by its budget (tokens, dollars or the ``deadline_s`` wall clock)
         before any answer gets empty content with ``finish_reason="length"``; so does an answer
         cut to the request's ``max_tokens`` (:func:`cut_to_tokens`). The id is fresh for every
-        response (``conductor.request_id`` carries the request id).
+        response (``conductor.request_id`` carries the request id). ``client_gone`` completes
+        when the client disconnects, which cancels the workflow (see :meth:`run`).
 
         Raises:
-            RequestError: 502 when the plan did not parse or a worker failed, 504 on timeout.
+            RequestError: 502 when the plan did not parse or a worker failed, 504 on timeout,
+                499 when the client disconnected first.
         """
-        trace = await self.run(job)
+        trace = await self.run(job, client_gone=client_gone)
         failure = self._failure(trace)
         if failure is not None:
             raise failure
@@ -654,74 +711,148 @@ class ConductorServing:
         finally:
             if not runner.done():  # the client went away: stop the workflow
                 runner.cancel()
+                self.metrics.observe_failure("client_disconnected")
 
-    # -- readiness, tracing, shutdown -------------------------------------------------------------
+    # -- readiness, health, tracing, shutdown -----------------------------------------------------
 
-    async def readiness(self) -> tuple[bool, dict[str, str]]:
-        """Whether the plan source and the pool's HTTP endpoints answer, within
-        ``config.readiness_timeout_s`` in all. Returns (ready, check name -> result).
-
-        An OpenAI-compatible endpoint (the Conductor URL, ``openai`` workers) is asked for
-        ``/models`` with its key; local and simulated ones are ready by construction; other
-        providers' hosted APIs are not probed (reported as such).
-        """
-        import httpx
-
+    def _health_plan(self) -> tuple[dict[str, tuple[str | None, list[str]]], list[str]]:
+        """The worker endpoints the health checks ask (``/models`` URL -> (key variable, the
+        names of the workers behind it)) and the local workers (up by construction). Hosted
+        APIs of other providers are not checked."""
         from conductor_core.policy.openai_policy import normalize_base_url
 
-        checks: dict[str, str] = {}
-        probes: dict[str, tuple[str, str | None]] = {}  # name -> (models url, key env)
-        if self.draining:
-            checks["gateway"] = "draining"
-        base = getattr(self.plan_source, "base_url", None)
-        if isinstance(base, str):
-            probes["conductor"] = (base.rstrip("/") + "/models", self.plan_source.api_key_env)  # type: ignore[attr-defined]
-        else:
-            checks["conductor"] = f"ok ({type(self.plan_source).__name__}, local)"
-        seen: dict[str, str] = {}
-        for i, w in enumerate(self.pool_config.workers):
-            name = f"worker {i} ({w.display_name})"
+        targets: dict[str, tuple[str | None, list[str]]] = {}
+        local: list[str] = []
+        for w, name in zip(self.pool_config.workers, self.worker_names, strict=True):
             if w.provider == "openai" and w.endpoint:
                 url = normalize_base_url(w.endpoint) + "/models"
-                if url in seen:
-                    checks[name] = f"same endpoint as {seen[url]}"
-                    continue
-                seen[url] = name
-                probes[name] = (url, w.api_key_env)
+                targets.setdefault(url, (w.api_key_env, []))[1].append(name)
             elif w.provider in ("simulated", "transformers"):
-                checks[name] = f"ok ({w.provider}, local)"
-            else:
-                checks[name] = f"not probed (provider {w.provider})"
+                local.append(name)
+        return targets, local
 
-        async def probe(client: Any, url: str, key_env: str | None) -> str:
-            import os
+    def start(self) -> None:
+        """Start the background work of a running gateway (in its event loop): the worker
+        health checks every ``config.worker_health_interval_s``, reported as the metric
+        ``worker_up{worker}``. Local workers are reported up once."""
+        for name in self._local_workers:
+            self.metrics.worker_up.labels(worker=name).set(1)
+        interval = self.config.worker_health_interval_s
+        if interval is not None and self._health_targets and self._health_task is None:
+            self._health_task = asyncio.create_task(
+                self._health_loop(interval), name="worker health checks"
+            )
 
-            key = os.environ.get(key_env, "") if key_env else ""
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async def _health_loop(self, interval_s: float) -> None:
+        while True:
             try:
-                response = await client.get(url, headers=headers)
-            except httpx.HTTPError as exc:
-                return f"unreachable ({type(exc).__name__})"
-            if response.status_code == 200:
-                return "ok"
-            return f"HTTP {response.status_code}"
+                await self.check_workers()
+            except Exception as exc:  # a failed pass must not end the checks
+                logger.warning("worker health check failed: %s", type(exc).__name__)
+            await asyncio.sleep(interval_s)
 
-        if probes:
-            timeout = self.config.readiness_timeout_s
-            async with httpx.AsyncClient(timeout=timeout) as client:
-                tasks = {
-                    name: asyncio.create_task(probe(client, url, env))
-                    for name, (url, env) in probes.items()
-                }
-                done, pending = await asyncio.wait(tasks.values(), timeout=timeout)
-                for task in pending:
-                    task.cancel()
-                for name, task in tasks.items():
-                    checks[name] = task.result() if task in done else f"timed out ({timeout:g}s)"
-        ready = not self.draining and all(
-            v.startswith(("ok", "same endpoint", "not probed")) for v in checks.values()
+    async def check_workers(self) -> dict[str, str]:
+        """One health check of the pool's OpenAI-compatible worker endpoints (each distinct
+        endpoint asked ``/models`` once, with its key, within ``config.readiness_timeout_s``);
+        sets ``worker_up{worker}``. Returns worker name -> result (``ok``, ``HTTP 503``,
+        ``unreachable (ConnectError)``, ...)."""
+        if not self._health_targets:
+            return {}
+        async with self._probe_client() as client:
+            results = await asyncio.gather(
+                *(self._probe(client, url, env) for url, (env, _) in self._health_targets.items())
+            )
+        out: dict[str, str] = {}
+        for (_, names), result in zip(self._health_targets.values(), results, strict=True):
+            for name in names:
+                out[name] = result
+                self.metrics.worker_up.labels(worker=name).set(1 if result == "ok" else 0)
+        return out
+
+    def _probe_client(self) -> Any:
+        import httpx
+
+        return httpx.AsyncClient(
+            timeout=self.config.readiness_timeout_s, transport=self._probe_transport
         )
-        return ready, checks
+
+    async def _probe(self, client: Any, url: str, key_env: str | None) -> str:
+        """``ok`` when ``url`` answers 200 within ``config.readiness_timeout_s``, else why not."""
+        import httpx
+
+        key = os.environ.get(key_env, "") if key_env else ""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        timeout = self.config.readiness_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                response = await client.get(url, headers=headers)
+        except TimeoutError:
+            return f"timed out ({timeout:g}s)"
+        except httpx.HTTPError as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return "ok" if response.status_code == 200 else f"HTTP {response.status_code}"
+
+    def is_draining(self) -> bool:
+        """Whether this replica is going away: shutdown has begun, or ``config.drain_file``
+        exists and is newer than the process (the chart's preStop hook)."""
+        if self.draining:
+            return True
+        path = self.config.drain_file
+        if path is None:
+            return False
+        try:
+            return os.stat(path).st_mtime >= self._started_at
+        except OSError:
+            return False
+
+    async def conductor_status(self) -> str:
+        """Whether the Conductor answers: ``ok`` (or ``ok (..., local)`` for a plan source
+        in this process) or why not.
+
+        The Conductor's endpoint is asked ``/models`` with its key at most once per
+        ``config.readiness_cache_s``; callers within that window get the cached result, and
+        concurrent callers share one check. Sets the metric ``conductor_up``.
+        """
+        base = getattr(self.plan_source, "base_url", None)
+        if not isinstance(base, str):
+            return f"ok ({type(self.plan_source).__name__}, local)"
+        cached = self._conductor_status
+        if cached is not None and time.monotonic() - cached[0] < self.config.readiness_cache_s:
+            return cached[1]
+        if self._conductor_check is None:
+            key_env = getattr(self.plan_source, "api_key_env", None)
+            check = asyncio.create_task(
+                self._check_conductor(base.rstrip("/") + "/models", key_env)
+            )
+            self._conductor_check = check
+            self._background.add(check)
+            check.add_done_callback(self._background.discard)
+        # shielded: a probe that gives up (its client timed out) does not cancel the shared check
+        return await asyncio.shield(self._conductor_check)
+
+    async def _check_conductor(self, url: str, key_env: str | None) -> str:
+        try:
+            async with self._probe_client() as client:
+                result = await self._probe(client, url, key_env)
+            self._conductor_status = (time.monotonic(), result)
+            self.metrics.conductor_up.set(1 if result == "ok" else 0)
+            return result
+        finally:
+            self._conductor_check = None
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        """Whether this replica can serve, from local facts: it is started (the caller's
+        business: this object exists once the lifespan started), it is not draining
+        (:meth:`is_draining`), and the Conductor answered within the cached window
+        (:meth:`conductor_status`). Returns (ready, check name -> result).
+
+        The workers are not asked: a worker down fails only the requests that use it, and its
+        health is the metric ``worker_up{worker}`` (:meth:`check_workers`, in the background).
+        """
+        if self.is_draining():
+            return False, {"gateway": "draining"}
+        checks = {"gateway": "ok", "conductor": await self.conductor_status()}
+        return all(v.startswith("ok") for v in checks.values()), checks
 
     def _maybe_log_trace(self, job: SolveJob, trace: SolveTrace) -> None:
         rate = self.config.trace_sample_rate
@@ -777,6 +908,10 @@ class ConductorServing:
         """Drain (``config.drain_timeout_s`` by default), then close the pool and the plan
         source."""
         timeout = self.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+            self._health_task = None
         try:
             await self.drain(timeout)
         finally:

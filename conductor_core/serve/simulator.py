@@ -279,12 +279,14 @@ def running_app(
     startup_timeout_s: float = 15.0,
     lifespan: str = "off",
     graceful_shutdown_s: float = 1.0,
+    **uvicorn_options: Any,
 ) -> Iterator[str]:
     """Run an ASGI ``app`` with uvicorn in a background thread; yields ``http://HOST:PORT/v1``.
 
     ``port=0`` picks a free port. ``lifespan="on"`` runs the app's startup and shutdown (the
     gateway needs it); ``graceful_shutdown_s`` is how long in-flight requests may finish when the
-    block exits, after which the server stops.
+    block exits, after which the server stops. ``uvicorn_options`` go to ``uvicorn.Config``
+    (e.g. :func:`conductor_core.serve.server.uvicorn_options`).
     """
     uvicorn = require("uvicorn", extra="serve", purpose="the worker simulator server")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -297,6 +299,7 @@ def running_app(
         lifespan=lifespan,
         timeout_graceful_shutdown=graceful_shutdown_s,
         access_log=False,
+        **uvicorn_options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -4,18 +4,22 @@ the rendered objects must say (GPUs, probes, secrets, the pool the gateway loads
 schema's and the templates' refusals. (What can be read from the chart's files without helm:
 tests/unit/test_conductor_chart.py.)
 
-Value sets (``tests/fixtures/chart/``; ``minimal`` is the chart's defaults):
+Value sets (``tests/fixtures/chart/``; ``minimal`` is the chart's defaults plus
+``allowUnauthenticated``, without which they do not render):
 
-* ``minimal``: gateway + Conductor model from ``models:/conductor@champion``, bundled pool;
+* ``minimal``: gateway + Conductor model from ``models:/conductor@champion``, bundled pool, open;
 * ``gpu``: a 4-GPU Conductor, tensor parallel 2, runtime class, node selector, tolerations, PVC;
 * ``existing-secrets``: every credential referenced in existing Secrets, MLflow tracing on;
 * ``literal-secrets``: credentials given literally (the chart's own Secret);
 * ``autoscaling``: HPA, percentage PDB, LoadBalancer, ServiceMonitor, restricted ingress;
-* ``workers``: two open-weight workers on vLLM among an API and a simulated worker.
+* ``workers``: two open-weight workers on vLLM among an API and a simulated worker;
+* ``exposed``: an Ingress with TLS, an HPA on in-flight requests, narrowed network policies,
+  spread vLLM pods with a minAvailable budget, a literal gateway-to-vLLM key.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -30,7 +34,15 @@ CHART = ROOT / "charts" / "conductor"
 FIXTURES = ROOT / "tests" / "fixtures" / "chart"
 K8S_VERSION = "1.33.0"
 RELEASE, NAMESPACE = "rel", "team-a"
-VALUE_SETS = ["minimal", "gpu", "existing-secrets", "literal-secrets", "autoscaling", "workers"]
+VALUE_SETS = [
+    "minimal",
+    "gpu",
+    "existing-secrets",
+    "literal-secrets",
+    "autoscaling",
+    "workers",
+    "exposed",
+]
 CRD_KINDS = {"ServiceMonitor"}
 
 
@@ -39,18 +51,30 @@ def home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("helm-home")
 
 
+MINIMAL = ["-f", str(FIXTURES / "minimal.yaml")]
+
+
 def value_args(value_set: str) -> list[str]:
-    return [] if value_set == "minimal" else ["-f", str(FIXTURES / f"{value_set}.yaml")]
+    return ["-f", str(FIXTURES / f"{value_set}.yaml")]
 
 
-def render(helm: Path, home: Path, *args: str) -> list[dict[str, Any]]:
-    done = run_helm(helm, ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args], home)
+def template(helm: Path, home: Path, args: list[str], base: bool):
+    """``helm template`` of the chart; ``base``: on top of the minimal values (open, so that
+    the test's own values decide what else renders)."""
+    values = [*MINIMAL, *args] if base else list(args)
+    return run_helm(
+        helm, ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *values], home
+    )
+
+
+def render(helm: Path, home: Path, *args: str, base: bool = True) -> list[dict[str, Any]]:
+    done = template(helm, home, list(args), base)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def render_error(helm: Path, home: Path, *args: str) -> str:
-    done = run_helm(helm, ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args], home)
+def render_error(helm: Path, home: Path, *args: str, base: bool = True) -> str:
+    done = template(helm, home, list(args), base)
     assert done.returncode != 0, f"rendered although it should not: {args}"
     return done.stderr
 
@@ -128,12 +152,15 @@ def test_minimal_renders_the_expected_objects(rendered) -> None:
             "Deployment",
             "Deployment",
             "PodDisruptionBudget",
+            "PodDisruptionBudget",
             "NetworkPolicy",
             "NetworkPolicy",
             "Pod",
+            "Secret",
         ]
     )
-    assert not objects(rendered["minimal"], "Secret")  # nothing literal: no Secret of the chart
+    # nothing literal: no Secret of the chart's credentials, only the generated vLLM key
+    assert list(objects(rendered["minimal"], "Secret")) == [f"{RELEASE}-conductor-vllm-api-key"]
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -351,13 +378,13 @@ def test_network_policies(rendered) -> None:
         }
         gateway_rules = policies[f"{RELEASE}-conductor"]["spec"]["ingress"]
         assert gateway_rules[0]["ports"] == [{"port": "http", "protocol": "TCP"}]
-    # minimal: the gateway is open and only the gateway reaches the models
-    assert (
-        "from"
-        not in objects(rendered["minimal"], "NetworkPolicy")[f"{RELEASE}-conductor"]["spec"][
-            "ingress"
-        ][0]
-    )
+    # minimal: the gateway's namespace (and the test pod) reach the gateway, only the gateway
+    # reaches the models
+    gw_from = objects(rendered["minimal"], "NetworkPolicy")[f"{RELEASE}-conductor"]["spec"][
+        "ingress"
+    ][0]["from"]
+    assert gw_from[0] == {"podSelector": {}}
+    assert gw_from[1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"
     models = objects(rendered["minimal"], "NetworkPolicy")[f"{RELEASE}-conductor-models"]
     assert len(models["spec"]["ingress"][0]["from"]) == 1
     # restricted: the given peers plus the helm test pod; models also from monitoring
@@ -414,6 +441,11 @@ def test_existing_secrets_are_referenced_by_name(rendered) -> None:
         "key": "AWS_SECRET_ACCESS_KEY",
     }
     assert fetch_env["AWS_ENDPOINT_URL_S3"]["value"] == "http://minio.minio.svc:9000"
+    # the vLLM key too, on both sides
+    ref = {"name": "conductor-vllm-key", "key": "api-key"}
+    assert env["CONDUCTOR_VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == ref
+    vllm = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "vllm")
+    assert env_of(vllm)["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == ref
     # No literal credential anywhere in the output.
     assert "sk-" not in json.dumps(docs)
 
@@ -466,7 +498,7 @@ def test_pool_configmap_parses_and_points_at_the_in_chart_workers(rendered) -> N
         port = services[name]["spec"]["ports"][0]["port"]
         assert worker.provider == "openai"
         assert worker.endpoint == f"http://{name}:{port}/v1"
-        assert worker.api_key_env is None  # vLLM needs no key
+        assert worker.api_key_env == "CONDUCTOR_VLLM_API_KEY"  # vllm.apiKey
         args = container(servers[name], "vllm")["args"]
         assert option(args, "--served-model-name") == worker.model
     assert pool.workers[1].model == "qwen2.5-coder-7b" and pool.workers[1].concurrency == 32
@@ -674,7 +706,7 @@ def render_notes(helm: Path, home: Path, tmp_path: Path, *args: str) -> str:
 
 
 def test_notes_say_how_to_reach_the_gateway_and_warn_when_open(helm, home, tmp_path) -> None:
-    notes = render_notes(helm, home, tmp_path / "a")
+    notes = render_notes(helm, home, tmp_path / "a", *MINIMAL)
     assert f"svc/{RELEASE}-conductor 8000:8000" in notes
     assert "bundled SIMULATED pool" in notes
     assert "gateway is OPEN" in notes
@@ -689,3 +721,453 @@ def test_notes_say_how_to_reach_the_gateway_and_warn_when_open(helm, home, tmp_p
     )
     assert "OPEN" not in notes and "Authorization: Bearer" in notes
     assert f"ConfigMap {RELEASE}-conductor-pool" in notes
+
+
+# ---- closed by default: keys, network, schema, vLLM, scaling -------------------------------
+
+
+def test_no_client_key_refuses_to_render_unless_explicitly_open(helm, home) -> None:
+    error = render_error(helm, home, base=False)  # the chart's defaults
+    assert "no client API key" in error and "allowUnauthenticated=true" in error, error
+    # helm lint reports a template's `fail` as information (so chart tooling can lint the
+    # defaults) and still shows why they would not install
+    done = run_helm(helm, ["lint", "--strict", str(CHART)], home)
+    assert "no client API key" in done.stdout + done.stderr
+    assert render(helm, home, "--set", "allowUnauthenticated=true", base=False)
+    assert render(helm, home, "--set", "apiKeys.existingSecret=client-keys", base=False)
+    assert render(helm, home, "--set", "apiKeys.keys[0]=sk-0123456789abcdef", base=False)
+    # the schema types the switch: only the boolean true opens the gateway
+    error = render_error(helm, home, "--set-string", "allowUnauthenticated=yes", base=False)
+    assert "allowUnauthenticated" in error
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-long-enough-key-1,ab",  # the gateway splits on commas: "ab" would be a key
+        "sk-long-enough-key-1\nab",
+        "sk-long-enough key-1",
+        "#sk-long-enough-key-1",  # a comment in the keys file: the key would be dropped
+        "sk-short-key",
+    ],
+)
+def test_client_keys_cannot_smuggle_a_short_key(helm, home, key) -> None:
+    error = render_error(helm, home, "--set-json", f"apiKeys.keys={json.dumps([key])}", base=False)
+    assert "values don't meet the specifications of the schema" in error, error
+    assert "apiKeys.keys.0" in error, error
+
+
+def test_a_comma_in_a_key_would_have_made_two_keys() -> None:
+    """Why the schema refuses commas: the gateway reads ``a,b`` as two keys."""
+    from conductor_core.serve.auth import load_api_keys
+    from conductor_core.serve.config import GatewayConfig
+
+    keys = load_api_keys(GatewayConfig(), {"CONDUCTOR_API_KEYS": "sk-long-enough-key-1,ab"})
+    assert "ab" in keys
+
+
+@pytest.mark.parametrize("where", ["providerKeys", "gateway.extraEnv"])
+def test_client_keys_only_through_apikeys(helm, home, where) -> None:
+    entry = {"name": "CONDUCTOR_API_KEYS", "value": "sk-long-enough-key-1,ab"}
+    error = render_error(helm, home, "--set-json", f"{where}={json.dumps([entry])}")
+    assert "CONDUCTOR_API_KEYS (the gateway's api_keys_env)" in error, error
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """What the Pod Security Standard "restricted" refuses in a pod spec."""
+    found = [key for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
+    allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"}
+    allowed |= {"persistentVolumeClaim", "projected", "secret"}
+    for volume in pod.get("volumes") or []:
+        if not set(volume) - {"name"} <= allowed:
+            found.append(f"volume {volume['name']}")
+    pod_sc = pod.get("securityContext") or {}
+    for c in pod["containers"] + pod.get("initContainers", []):
+        sc = c.get("securityContext") or {}
+        name = c["name"]
+        if sc.get("privileged"):
+            found.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in caps.get("drop", []) or set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name}: capabilities")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            found.append(f"{name}: runAsUser 0")
+        seccomp = sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name}: seccompProfile")
+        if any(port.get("hostPort") for port in c.get("ports") or []):
+            found.append(f"{name}: hostPort")
+    return found
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_pod_is_pss_restricted(rendered, value_set) -> None:
+    docs = rendered[value_set]
+    pods = {
+        f"Deployment {n}": d["spec"]["template"]["spec"]
+        for n, d in objects(docs, "Deployment").items()
+    }
+    pods |= {f"Pod {n}": d["spec"] for n, d in objects(docs, "Pod").items()}
+    assert pods
+    for name, pod in pods.items():
+        assert not restricted_violations(pod), (name, restricted_violations(pod))
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_vllm_writes_only_to_its_volumes(rendered, value_set) -> None:
+    for name, deployment in vllm_deployments(rendered[value_set]).items():
+        vllm = container(deployment, "vllm")
+        sc = vllm["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True, name
+        assert sc["runAsUser"] != 0
+        mounts = {m["mountPath"]: m for m in vllm["volumeMounts"]}
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        writable = [p for p, m in mounts.items() if not m.get("readOnly")]
+        assert {"/tmp", "/models", "/dev/shm"} <= set(writable)
+        env = env_of(vllm)
+        for var in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "HF_HOME"):
+            path = env[var]["value"]
+            assert any(path == w or path.startswith(w + "/") for w in writable), (var, path)
+        assert env["USER"]["value"]  # getpass without a passwd entry for the uid
+        for mount in ("/tmp", env["HOME"]["value"]):
+            assert volumes[mounts[mount]["name"]]["emptyDir"]["sizeLimit"] == "10Gi"
+
+
+def test_vllm_security_context_is_settable(helm, home) -> None:
+    docs = render(
+        helm,
+        home,
+        "--set",
+        "vllm.securityContext.runAsNonRoot=false",
+        "--set",
+        "vllm.securityContext.runAsUser=0",
+        "--set",
+        "vllm.scratchSizeLimit=2Gi",
+    )
+    model = vllm_deployments(docs)[f"{RELEASE}-conductor-model"]
+    sc = container(model, "vllm")["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}  # the rest kept
+    volumes = {v["name"]: v for v in model["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "2Gi"
+    error = render_error(helm, home, "--set", "vllm.securityContext.runAsNonroot=true")
+    assert "Additional property runAsNonroot is not allowed" in error
+
+
+def test_gateway_and_vllm_share_a_generated_key(rendered, monkeypatch) -> None:
+    from conductor_core.cli._common import make_plan_source
+    from conductor_core.cli.serve import command
+
+    docs = rendered["minimal"]
+    gw = container(gateway(docs), "gateway")
+    params = command.make_context("serve", list(gw["args"][1:])).params
+    key_env = params["conductor_key_env"]
+    assert key_env == "CONDUCTOR_VLLM_API_KEY"
+    ref = env_of(gw)[key_env]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": f"{RELEASE}-conductor-vllm-api-key", "key": "VLLM_API_KEY"}
+    model = vllm_deployments(docs)[f"{RELEASE}-conductor-model"]
+    vllm_env = env_of(container(model, "vllm"))
+    assert vllm_env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == ref  # vLLM's --api-key
+    assert "--api-key" not in container(model, "vllm")["args"]  # never in the pod spec
+    key = base64.b64decode(objects(docs, "Secret")[ref["name"]]["data"][ref["key"]]).decode()
+    assert len(key) >= 32
+    # the gateway's plan source sends what the variable holds
+    monkeypatch.setenv(key_env, key)
+    source = make_plan_source(params["conductor"], params["conductor_model"], key_env)
+    assert source._get_client().api_key == key
+
+
+def test_literal_vllm_key_stays_in_the_charts_secret(rendered) -> None:
+    for value_set in ("literal-secrets", "exposed"):
+        docs = rendered[value_set]
+        secret = objects(docs, "Secret")[f"{RELEASE}-conductor-secrets"]
+        assert secret["stringData"]["VLLM_API_KEY"] == "vllm-literal-key-0123456789"
+        assert f"{RELEASE}-conductor-vllm-api-key" not in objects(docs, "Secret")
+        others = [d for d in docs if d["kind"] != "Secret"]
+        assert "vllm-literal-key-0123456789" not in json.dumps(others)
+        ref = {"name": f"{RELEASE}-conductor-secrets", "key": "VLLM_API_KEY"}
+        gw = container(gateway(docs), "gateway")
+        assert env_of(gw)["CONDUCTOR_VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == ref
+        for deployment in vllm_deployments(docs).values():
+            vllm = container(deployment, "vllm")
+            assert env_of(vllm)["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == ref
+            annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+            assert "checksum/api-key" in annotations  # a new key rolls vLLM too
+
+
+def test_vllm_key_can_be_turned_off_and_refuses_conflicts(helm, home) -> None:
+    docs = render(
+        helm, home, "-f", str(FIXTURES / "workers.yaml"), "--set", "vllm.apiKey.enabled=false"
+    )
+    assert "VLLM_API_KEY" not in json.dumps(docs)
+    assert "--conductor-key-env" not in container(gateway(docs), "gateway")["args"]
+    error = render_error(
+        helm,
+        home,
+        "--set",
+        "gateway.conductorKeyEnv=MY_KEY",
+        "--set",
+        "providerKeys[0].name=MY_KEY",
+        "--set",
+        "providerKeys[0].value=sk-my-key",
+    )
+    assert "the in-chart Conductor model is called with vllm.apiKey" in error
+    error = render_error(
+        helm, home, "--set", "vllm.apiKey.value=short", "--set", "vllm.apiKey.existingSecret=s"
+    )
+    assert "vllm.apiKey.value" in error
+
+
+def test_network_policies_close_both_directions(rendered) -> None:
+    docs = rendered["minimal"]
+    policies = objects(docs, "NetworkPolicy")
+    gw = policies[f"{RELEASE}-conductor"]["spec"]
+    models = policies[f"{RELEASE}-conductor-models"]["spec"]
+    assert gw["policyTypes"] == ["Ingress", "Egress"]
+    assert models["policyTypes"] == ["Ingress", "Egress"]
+    # every rule names its peers: no rule allows everyone
+    for spec in (gw, models):
+        assert all(rule.get("from") for rule in spec["ingress"])
+        assert all(rule.get("to") and rule.get("ports") for rule in spec["egress"])
+    dns = {
+        "to": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    }
+    assert gw["egress"][0] == dns and models["egress"][0] == dns
+    # the gateway reaches the release's vLLM servers on their port
+    to_vllm = gw["egress"][1]
+    selected = {e["key"]: e["values"] for e in to_vllm["to"][0]["podSelector"]["matchExpressions"]}
+    assert selected == {
+        "app.kubernetes.io/instance": [RELEASE],
+        "app.kubernetes.io/component": ["conductor-model", "worker"],
+    }
+    assert to_vllm["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    # workers: public HTTPS only, never private ranges or the metadata endpoint
+    workers = gw["egress"][2]
+    block = workers["to"][0]["ipBlock"]
+    assert block["cidr"] == "0.0.0.0/0"
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= set(
+        block["except"]
+    )
+    assert workers["ports"] == [{"port": 443, "protocol": "TCP"}]
+    # telemetry: MLflow
+    telemetry = gw["egress"][3]
+    assert telemetry["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "mlflow"
+    }
+    assert len(gw["egress"]) == 4
+    # vLLM: ingress only from the gateway; egress DNS + weight sources
+    assert models["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": gateway(docs)["spec"]["selector"]["matchLabels"]}}
+    ]
+    assert len(models["egress"]) == 3
+
+
+def test_network_policies_are_configurable(rendered) -> None:
+    policies = objects(rendered["exposed"], "NetworkPolicy")
+    gw = policies[f"{RELEASE}-conductor"]["spec"]
+    assert gw["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "ingress-nginx"
+    }
+    assert [rule["to"] for rule in gw["egress"][2:]] == [
+        [{"ipBlock": {"cidr": "162.159.140.0/24"}}]
+    ]
+    models = policies[f"{RELEASE}-conductor-models"]["spec"]
+    assert len(models["egress"]) == 1  # modelEgressTo []: DNS only
+    assert models["egress"][0]["ports"][0]["port"] == 53
+
+
+def test_network_policy_values_are_typed(helm, home) -> None:
+    error = render_error(
+        helm, home, "--set-json", 'networkPolicy.workerEgressTo=[{"to": [{"cidr": "1.2.3.0/24"}]}]'
+    )
+    assert "networkPolicy.workerEgressTo.0.to.0" in error, error
+    error = render_error(helm, home, "--set", "networkPolicy.dns.ports[0].protocol=ICMP")
+    assert "protocol" in error
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        (
+            "gateway.config.request_timout_s=30",
+            "gateway.config: Additional property request_timout_s",
+        ),
+        ("gateway.config.max_concurrent_request=8", "Additional property max_concurrent_request"),
+        ("gateway.config.max_concurrent_requests=0", "gateway.config.max_concurrent_requests"),
+        ("gateway.config.max_concurrent_requests_per_key=-1", "max_concurrent_requests_per_key"),
+        ("gateway.config.access_mode=bitmap", "gateway.config.access_mode"),
+        ("gateway.config.max_steps=50", "gateway.config.max_steps"),
+        ("gateway.config.request_timeout_s=0", "gateway.config.request_timeout_s"),
+        ("gateway.config.descriptors=maybe", "gateway.config.descriptors"),
+        (
+            "gateway.securityContext.readOnlyRootFilesytem=true",
+            "Additional property readOnlyRootFilesytem is",
+        ),
+        ("gateway.podSecurityContext.fsgroup=1", "Additional property fsgroup is"),
+        ("gateway.tolerations[0].efect=NoSchedule", "Additional property efect is"),
+        ("gateway.affinity.nodeAfinity.x=y", "Additional property nodeAfinity is"),
+        ("gateway.extraEnv[0].name=A", None),
+        ("gateway.extraEnv[0].valu=x", "Additional property valu is"),
+        ("gateway.extraEnvFrom[0].secretRf.name=x", "Additional property secretRf is"),
+        (
+            "gateway.autoscaling.inFlightRequests.averageValu=3",
+            "Additional property averageValu is",
+        ),
+        ("gateway.topologySpreadConstraints[0].maxskew=1", "Additional property maxskew is"),
+        ("gateway.resources.claims[0].nam=x", "Additional property nam is"),
+        ("pool.retry.backoff_base=1", "pool.retry: Additional property backoff_base"),
+        ("pool.cache.enable=true", "pool.cache: Additional property enable"),
+        ("vllm.apiKey.vaule=x", "Additional property vaule is"),
+        ("vllm.podDisruptionBudget.maxUnavailabel=1", "Additional property maxUnavailabel is"),
+        ("ingress.host=x", "ingress: Additional property host"),
+        ("networkPolicy.dns.port=53", "Additional property port is"),
+        ("allowUnauthenticatd=true", "Additional property allowUnauthenticatd is"),
+    ],
+)
+def test_values_schema_rejects_unknown_and_mistyped_settings(helm, home, setting, named) -> None:
+    done = template(helm, home, ["--set", setting], base=True)
+    if named is None:  # a well-formed entry (the control of the next one)
+        assert "values don't meet" not in done.stderr, done.stderr
+        return
+    assert done.returncode != 0, setting
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+
+
+def test_a_misspelt_gateway_setting_fails_lint_too(helm, home) -> None:
+    done = run_helm(
+        helm,
+        ["lint", "--strict", str(CHART), *MINIMAL, "--set", "gateway.config.request_timout_s=30"],
+        home,
+    )
+    assert done.returncode != 0
+    assert "Additional property request_timout_s is not allowed" in done.stdout + done.stderr
+
+
+def test_every_gateway_setting_reaches_the_config_file(helm, home) -> None:
+    from conductor_core.serve.config import GatewayConfig
+
+    settings = {
+        "max_concurrent_requests": 100,
+        "max_concurrent_requests_per_key": None,
+        "rate_limit_per_minute": 600,
+        "max_cost": 0.5,
+        "access_mode": "index",
+        "prompt_style": "compact",
+    }
+    docs = render(helm, home, "--set-json", f"gateway.config={json.dumps(settings)}")
+    text = objects(docs, "ConfigMap")[f"{RELEASE}-conductor-gateway"]["data"]["gateway.yaml"]
+    config = GatewayConfig.model_validate(yaml.safe_load(text))
+    assert config.max_concurrent_requests == 100
+    assert config.max_concurrent_requests_per_key is None  # a limit lifted with null
+    assert config.max_cost == 0.5 and config.access_mode.value == "index"
+
+
+def test_hpa_scales_on_in_flight_requests_with_cpu_as_fallback(rendered) -> None:
+    from conductor_core.serve.metrics import GatewayMetrics
+
+    hpa = objects(rendered["exposed"], "HorizontalPodAutoscaler")[f"{RELEASE}-conductor"]
+    metrics = hpa["spec"]["metrics"]
+    pods = [m["pods"] for m in metrics if m["type"] == "Pods"]
+    assert pods == [
+        {
+            "metric": {"name": "conductor_gateway_workflows_in_flight"},
+            "target": {"type": "AverageValue", "averageValue": "24"},
+        }
+    ]
+    cpu = [m["resource"] for m in metrics if m["type"] == "Resource"]
+    assert cpu == [{"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}]
+    # the metric is the gauge the gateway exports at /metrics
+    names = {m.name for m in GatewayMetrics().registry.collect()}
+    assert "conductor_gateway_workflows_in_flight" in names
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--set", "gateway.autoscaling.inFlightRequests.averageValue=300"],
+            "must be below gateway.config.max_concurrent_requests (256)",
+        ),
+        (
+            [
+                "--set",
+                "gateway.autoscaling.inFlightRequests.enabled=false",
+                "--set",
+                "gateway.autoscaling.targetCPUUtilizationPercentage=null",
+            ],
+            "gateway.autoscaling has no target",
+        ),
+    ],
+)
+def test_hpa_refuses_targets_that_cannot_work(helm, home, args, message) -> None:
+    base = ["--set", "gateway.autoscaling.enabled=true"]
+    base += ["--set", "gateway.autoscaling.inFlightRequests.enabled=true"]
+    assert message in render_error(helm, home, *base, *args)
+
+
+def test_topology_spread_defaults_to_the_pods_own_labels(rendered) -> None:
+    gw = gateway(rendered["minimal"])
+    constraints = gw["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in constraints} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+    for c in constraints:
+        assert c["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert c["labelSelector"]["matchLabels"] == gw["spec"]["selector"]["matchLabels"]
+    for deployment in vllm_deployments(rendered["exposed"]).values():
+        (c,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    for deployment in vllm_deployments(rendered["minimal"]).values():
+        assert "topologySpreadConstraints" not in deployment["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("value_set", ["minimal", "workers", "exposed"])
+def test_every_vllm_server_has_a_disruption_budget(rendered, value_set) -> None:
+    docs = rendered[value_set]
+    budgets = objects(docs, "PodDisruptionBudget")
+    for name, deployment in vllm_deployments(docs).items():
+        spec = budgets[name]["spec"]
+        assert spec["selector"] == deployment["spec"]["selector"]
+        if value_set == "exposed":
+            assert spec == {"minAvailable": 1, "selector": spec["selector"]}
+        else:
+            assert spec["maxUnavailable"] == 1
+
+
+def test_ingress_is_off_by_default_and_routes_only_the_api(rendered, helm, home) -> None:
+    assert not objects(rendered["minimal"], "Ingress")
+    docs = rendered["exposed"]
+    ingress = objects(docs, "Ingress")[f"{RELEASE}-conductor"]
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [
+        {"hosts": ["conductor.example.com"], "secretName": "conductor-tls"}
+    ]
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "conductor.example.com"
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/v1", "Prefix")  # not /metrics
+    service = objects(docs, "Service")[path["backend"]["service"]["name"]]
+    assert path["backend"]["service"]["port"]["name"] in {
+        p["name"] for p in service["spec"]["ports"]
+    }
+    docs = render(helm, home, "--set", "ingress.enabled=true")
+    (rule,) = objects(docs, "Ingress")[f"{RELEASE}-conductor"]["spec"]["rules"]
+    assert "host" not in rule  # any host
+    error = render_error(
+        helm, home, "--set", "ingress.enabled=true", "--set", "ingress.hosts[0]=Bad_Host"
+    )
+    assert "ingress.hosts.0" in error

@@ -9,6 +9,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 
@@ -29,6 +30,104 @@ def test_schema_worker_fields_match_the_pool_schema() -> None:
         "transformers",
         "simulated",
     }
+
+
+def load_schema() -> dict:
+    return json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+
+
+def test_schema_types_every_gateway_setting() -> None:
+    """Each GatewayConfig field is typed in the chart's schema, and no other: a setting the
+    gateway would refuse at startup is refused by `helm install` instead."""
+    from conductor_core.serve.config import GatewayConfig
+
+    config = load_schema()["properties"]["gateway"]["properties"]["config"]
+    assert config["additionalProperties"] is False
+    assert set(config["properties"]) == set(GatewayConfig.model_fields)
+    assert "max_concurrent_requests" in config["properties"]
+    assert "max_concurrent_requests_per_key" in config["properties"]
+
+
+def test_gateway_setting_types_agree_with_the_gateway() -> None:
+    """The gateway's defaults pass the chart's schema, optional fields accept null, and values
+    the gateway refuses at its bounds are refused by the schema too."""
+    import jsonschema
+    import pydantic
+
+    from conductor_core.serve.config import GatewayConfig
+
+    fields = load_schema()["properties"]["gateway"]["properties"]["config"]["properties"]
+    defaults = GatewayConfig().model_dump(mode="json")
+    for name, info in GatewayConfig.model_fields.items():
+        if name == "api_keys_file":  # set by the chart itself
+            continue
+        jsonschema.validate(defaults[name], fields[name])
+        nullable = info.default is None or type(None) in getattr(info.annotation, "__args__", ())
+        types = fields[name].get("type", [])
+        assert nullable == ("null" in types), name
+        annotation = info.annotation
+        if info.metadata:
+            annotation = Annotated[annotation, *info.metadata]
+        field = pydantic.TypeAdapter(annotation)
+        for bad in (0, -1, 10**9, "x"):
+            try:
+                field.validate_python(bad, strict=True)
+            except pydantic.ValidationError:
+                accepted_by_gateway = False
+            else:
+                accepted_by_gateway = True
+            accepted_by_chart = jsonschema.Draft7Validator(fields[name]).is_valid(bad)
+            if not accepted_by_gateway:
+                assert not accepted_by_chart, (name, bad)
+
+
+def test_schema_pool_settings_match_the_pool_models() -> None:
+    from conductor_core.workers.config import (
+        CacheConfig,
+        FailureRates,
+        RetryConfig,
+        SimulationProfile,
+    )
+
+    pool = load_schema()["properties"]["pool"]["properties"]
+    assert set(pool["retry"]["properties"]) == set(RetryConfig.model_fields)
+    assert set(pool["cache"]["properties"]) == set(CacheConfig.model_fields)
+    simulation = pool["workers"]["items"]["properties"]["simulation"]
+    assert set(simulation["properties"]) == set(SimulationProfile.model_fields)
+    assert set(simulation["properties"]["failures"]["properties"]) == set(FailureRates.model_fields)
+
+
+def test_schema_refuses_unknown_keys_at_every_level() -> None:
+    """Every object of the schema lists its keys (additionalProperties false) or is a map of
+    typed values; arrays type their items. Only the provider-specific request parameters
+    (params.extra) pass through as given."""
+    schema = load_schema()
+    passthrough = {"extra"}
+    loose = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            kinds = node.get("type")
+            kinds = kinds if isinstance(kinds, list) else [kinds]
+            if "object" in kinds and path.rsplit("/", 1)[-1] not in passthrough:
+                extra = node.get("additionalProperties", True)
+                if extra is not False and not (isinstance(extra, dict) and extra):
+                    loose.append(path)
+            if "array" in kinds and "items" not in node:
+                loose.append(path)
+            for key, value in node.items():
+                walk(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(schema, "")
+    assert not loose, loose
+    # and the defaults pass it
+    import jsonschema
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator(schema).validate(values)
 
 
 # ---- images of this release -------------------------------------------------------------------

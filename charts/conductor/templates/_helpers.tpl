@@ -79,7 +79,66 @@ conductor.platform/worker: {{ . }}
 {{- $v := .Values -}}
 {{- $literal := or $v.apiKeys.keys $v.s3.accessKeyId $v.s3.secretAccessKey $v.huggingfaceToken.value -}}
 {{- range $v.providerKeys }}{{ if .value }}{{ $literal = true }}{{ end }}{{ end -}}
+{{- if and (include "conductor.vllmKeyUsed" .) $v.vllm.apiKey.value }}{{ $literal = true }}{{ end -}}
 {{- if $literal }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the gateway has client API keys (apiKeys.keys or apiKeys.existingSecret). */}}
+{{- define "conductor.hasClientKeys" -}}
+{{- if or .Values.apiKeys.keys .Values.apiKeys.existingSecret }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the release runs a vLLM server (the Conductor model or a deployed worker). */}}
+{{- define "conductor.hasVllmServers" -}}
+{{- $any := .Values.conductorModel.enabled -}}
+{{- range .Values.pool.workers }}{{ if .deploy }}{{ $any = true }}{{ end }}{{ end -}}
+{{- if $any }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the gateway calls the in-chart Conductor model. */}}
+{{- define "conductor.usesInChartConductor" -}}
+{{- if and .Values.conductorModel.enabled (not .Values.gateway.conductor) }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the vLLM servers of the release require an API key (vllm.apiKey). */}}
+{{- define "conductor.vllmKeyUsed" -}}
+{{- if and .Values.vllm.apiKey.enabled (include "conductor.hasVllmServers" .) }}true{{ end -}}
+{{- end -}}
+
+{{/* Name of the environment variable of the gateway holding the vLLM servers' key. */}}
+{{- define "conductor.vllmKeyEnv" -}}CONDUCTOR_VLLM_API_KEY{{- end -}}
+
+{{/* The secretKeyRef (name, key) of the vLLM servers' key: an existing Secret, the chart's
+Secret (literal value) or the generated <fullname>-vllm-api-key. */}}
+{{- define "conductor.vllmKeyRef" -}}
+{{- $k := .Values.vllm.apiKey -}}
+{{- if $k.existingSecret -}}
+name: {{ $k.existingSecret }}
+key: {{ $k.key }}
+{{- else if $k.value -}}
+name: {{ include "conductor.secretName" . }}
+key: VLLM_API_KEY
+{{- else -}}
+name: {{ include "conductor.vllmKeySecretName" . }}
+key: VLLM_API_KEY
+{{- end -}}
+{{- end -}}
+{{- define "conductor.vllmKeySecretName" -}}
+{{- printf "%s-vllm-api-key" (include "conductor.fullname" .) -}}
+{{- end -}}
+
+{{/* Topology spread constraints of a component's pods: dict "constraints" LIST "labels" DICT
+(the component's selector labels, given to each constraint without a labelSelector). */}}
+{{- define "conductor.topologySpread" -}}
+{{- $out := list -}}
+{{- range .constraints -}}
+{{- $c := deepCopy . -}}
+{{- if not $c.labelSelector -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $.labels) -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* "true" when a vLLM source is downloaded by the fetcher (s3://, models:/, runs:/). */}}
@@ -120,6 +179,9 @@ conductor.platform/worker: {{ . }}
 {{- $_ := set $entry "provider" "openai" -}}
 {{- $_ := set $entry "model" (include "conductor.workerServedName" .) -}}
 {{- $_ := set $entry "endpoint" (printf "http://%s:%v/v1" (include "conductor.workerName" (dict "root" $root "name" .name)) $root.Values.vllm.port) -}}
+{{- if $root.Values.vllm.apiKey.enabled -}}
+{{- $_ := set $entry "api_key_env" (include "conductor.vllmKeyEnv" $root) -}}
+{{- end -}}
 {{- end -}}
 {{- $workers = append $workers $entry -}}
 {{- end -}}
@@ -191,6 +253,15 @@ conductor.platform/worker: {{ . }}
 {{/* Checks the schema cannot express; each failure names the value and the fix. */}}
 {{- define "conductor.validate" -}}
 {{- $v := .Values -}}
+{{- if and (not (include "conductor.hasClientKeys" .)) (not $v.allowUnauthenticated) -}}
+{{- fail "no client API key: set apiKeys.keys (literal keys) or apiKeys.existingSecret (a Secret with the keys file), or set allowUnauthenticated=true to run the gateway OPEN to anyone its network policy lets in" -}}
+{{- end -}}
+{{- $keysEnv := $v.gateway.config.api_keys_env | default "CONDUCTOR_API_KEYS" -}}
+{{- range (concat $v.providerKeys ($v.gateway.extraEnv | default list)) -}}
+{{- if eq .name $keysEnv -}}
+{{- fail (printf "%s (the gateway's api_keys_env) is set through providerKeys or gateway.extraEnv: give client keys in apiKeys, where the schema checks each one" $keysEnv) -}}
+{{- end -}}
+{{- end -}}
 {{- $servers := list -}}
 {{- if $v.conductorModel.enabled -}}
 {{- $servers = append $servers (dict "what" "conductorModel" "spec" $v.conductorModel) -}}
@@ -211,6 +282,9 @@ conductor.platform/worker: {{ . }}
 {{- end -}}
 {{- if $w.endpoint -}}
 {{- fail (printf "pool.workers[%d] (%s): the endpoint of a deployed worker is its Service; remove endpoint" $i $w.name) -}}
+{{- end -}}
+{{- if and $w.api_key_env $v.vllm.apiKey.enabled -}}
+{{- fail (printf "pool.workers[%d] (%s): a deployed worker is called with vllm.apiKey; remove api_key_env" $i $w.name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -254,14 +328,28 @@ conductor.platform/worker: {{ . }}
 {{- end -}}
 {{- end -}}
 {{- with $v.gateway.conductorKeyEnv -}}
+{{- if and (include "conductor.usesInChartConductor" $) $v.vllm.apiKey.enabled -}}
+{{- fail (printf "gateway.conductorKeyEnv (%s) is for a Conductor served elsewhere; the in-chart Conductor model is called with vllm.apiKey: remove it" .) -}}
+{{- end -}}
 {{- if not (hasKey $provided .) -}}
 {{- fail (printf "gateway.conductorKeyEnv names %s: add it to providerKeys" .) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $drain := $v.gateway.config.drain_timeout_s | default 30 | float64 -}}
-{{- if le (float64 $v.gateway.terminationGracePeriodSeconds) $drain -}}
-{{- fail (printf "gateway.terminationGracePeriodSeconds (%v) must exceed gateway.config.drain_timeout_s (%v), or in-flight workflows are killed on shutdown" $v.gateway.terminationGracePeriodSeconds $drain) -}}
+{{- /* The longest request allowed must survive a pod's termination: SIGTERM comes after the
+preStop sleep, then uvicorn lets requests finish for drain_timeout_s (GatewayConfig's defaults
+when left out: 300 and 30). */ -}}
+{{- $gwConfig := $v.gateway.config | default dict -}}
+{{- $requestTimeout := 300.0 -}}
+{{- if hasKey $gwConfig "request_timeout_s" }}{{ $requestTimeout = float64 $gwConfig.request_timeout_s }}{{ end -}}
+{{- $drain := 30.0 -}}
+{{- if hasKey $gwConfig "drain_timeout_s" }}{{ $drain = float64 $gwConfig.drain_timeout_s }}{{ end -}}
+{{- if lt $drain $requestTimeout -}}
+{{- fail (printf "gateway.config.drain_timeout_s (%v) is below gateway.config.request_timeout_s (%v): a request in flight when a pod stops would be cut; raise drain_timeout_s to at least request_timeout_s or lower request_timeout_s" $drain $requestTimeout) -}}
+{{- end -}}
+{{- $preStop := float64 ($v.gateway.preStopSleepSeconds | default 0) -}}
+{{- if le (float64 $v.gateway.terminationGracePeriodSeconds) (addf $drain $preStop) -}}
+{{- fail (printf "gateway.terminationGracePeriodSeconds (%v) must exceed gateway.config.drain_timeout_s + gateway.preStopSleepSeconds (%v + %v), or the longest requests are killed on shutdown: raise it or lower them" $v.gateway.terminationGracePeriodSeconds $drain $preStop) -}}
 {{- end -}}
 {{- $hpa := $v.gateway.autoscaling -}}
 {{- if and $hpa.enabled (gt (int $hpa.minReplicas) (int $hpa.maxReplicas)) -}}
@@ -269,6 +357,20 @@ conductor.platform/worker: {{ . }}
 {{- end -}}
 {{- if and $hpa.enabled $hpa.targetCPUUtilizationPercentage (not (dig "resources" "requests" "cpu" "" $v.gateway)) -}}
 {{- fail "gateway.autoscaling targets CPU utilisation: set gateway.resources.requests.cpu" -}}
+{{- end -}}
+{{- $inFlight := $hpa.inFlightRequests | default dict -}}
+{{- if and $hpa.enabled (not (or $hpa.targetCPUUtilizationPercentage $hpa.targetMemoryUtilizationPercentage $inFlight.enabled)) -}}
+{{- fail "gateway.autoscaling has no target: set targetCPUUtilizationPercentage, targetMemoryUtilizationPercentage or inFlightRequests.enabled" -}}
+{{- end -}}
+{{- if and $hpa.enabled $inFlight.enabled (not (kindIs "string" $inFlight.averageValue)) -}}
+{{- $limit := 256.0 -}}
+{{- if hasKey $v.gateway.config "max_concurrent_requests" }}{{ $limit = $v.gateway.config.max_concurrent_requests }}{{ end -}}
+{{- if and $limit (ge (float64 $inFlight.averageValue) (float64 $limit)) -}}
+{{- fail (printf "gateway.autoscaling.inFlightRequests.averageValue (%v) must be below gateway.config.max_concurrent_requests (%v), or replicas refuse requests before the autoscaler adds any" $inFlight.averageValue $limit) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.ingress.enabled $v.ingress.tls (not $v.ingress.hosts) -}}
+{{- fail "ingress.tls needs ingress.hosts: TLS is served per host name" -}}
 {{- end -}}
 {{- end -}}
 
@@ -287,6 +389,12 @@ conductor.platform/worker: {{ . }}
       name: {{ include "conductor.secretName" $ }}
       key: {{ .name }}
       {{- end }}
+{{- end }}
+{{- if include "conductor.vllmKeyUsed" . }}
+- name: {{ include "conductor.vllmKeyEnv" . }}
+  valueFrom:
+    secretKeyRef:
+      {{- include "conductor.vllmKeyRef" . | nindent 6 }}
 {{- end }}
 {{- if $tracing }}
 {{- include "conductor.s3Env" . | nindent 0 }}

@@ -47,9 +47,16 @@ spec:
     metadata:
       labels:
         {{- include "conductor.componentLabels" $labelArgs | nindent 8 }}
-      {{- with $d.podAnnotations }}
+      {{- $keyUsed := include "conductor.vllmKeyUsed" $root }}
+      {{- if or $d.podAnnotations $keyUsed }}
       annotations:
+        {{- if $keyUsed }}
+        # Roll the pods when a literal vllm.apiKey.value changes (the gateway rolls too).
+        checksum/api-key: {{ printf "%s|%s" (include "conductor.vllmKeyRef" $root) $root.Values.vllm.apiKey.value | sha256sum }}
+        {{- end }}
+        {{- with $d.podAnnotations }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- end }}
     spec:
       serviceAccountName: {{ include "conductor.serviceAccountName" $root }}
@@ -78,6 +85,10 @@ spec:
       {{- with $affinity }}
       affinity:
         {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $d.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- include "conductor.topologySpread" (dict "constraints" . "labels" (include "conductor.selectorLabels" $labelArgs | fromYaml)) | nindent 8 }}
       {{- end }}
       {{- if $remote }}
       initContainers:
@@ -174,6 +185,26 @@ spec:
           env:
             - name: HF_HOME
               value: /models/.hf-cache
+            # Writable places under a read-only root filesystem (volumes home and tmp): caches
+            # of vLLM, torch.compile, Triton and FlashInfer go under HOME; USER names the uid,
+            # which has no passwd entry, for getpass (torch.compile's cache folder).
+            - name: HOME
+              value: /home/vllm
+            - name: USER
+              value: vllm
+            - name: XDG_CACHE_HOME
+              value: /home/vllm/.cache
+            - name: XDG_CONFIG_HOME
+              value: /home/vllm/.config
+            - name: TMPDIR
+              value: /tmp
+            {{- if include "conductor.vllmKeyUsed" $root }}
+            # vLLM's --api-key (its default is this variable): /v1 requests need it.
+            - name: VLLM_API_KEY
+              valueFrom:
+                secretKeyRef:
+                  {{- include "conductor.vllmKeyRef" $root | nindent 18 }}
+            {{- end }}
             {{- if $remote }}
             - name: HF_HUB_OFFLINE
               value: "1"
@@ -222,11 +253,19 @@ spec:
             {{- $_ := set $resources.requests $d.gpuResource $gpus }}
             {{- end }}
             {{- toYaml $resources | nindent 12 }}
+          {{- with $d.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           volumeMounts:
             - name: models
               mountPath: /models
             - name: dshm
               mountPath: /dev/shm
+            - name: home
+              mountPath: /home/vllm
+            - name: tmp
+              mountPath: /tmp
       volumes:
         - name: models
           {{- if eq $storage.type "persistentVolumeClaim" }}
@@ -243,6 +282,12 @@ spec:
           emptyDir:
             medium: Memory
             sizeLimit: {{ $d.shmSizeLimit }}
+        - name: home
+          emptyDir:
+            sizeLimit: {{ $d.scratchSizeLimit }}
+        - name: tmp
+          emptyDir:
+            sizeLimit: {{ $d.scratchSizeLimit }}
 ---
 apiVersion: v1
 kind: Service
@@ -260,6 +305,26 @@ spec:
       port: {{ $d.port }}
       targetPort: http
       protocol: TCP
+{{- $pdb := $d.podDisruptionBudget }}
+{{- if $pdb.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "conductor.componentLabels" $labelArgs | nindent 4 }}
+spec:
+  {{- if not (kindIs "invalid" $pdb.minAvailable) }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $pdb.maxUnavailable | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "conductor.selectorLabels" $labelArgs | nindent 6 }}
+{{- end }}
 {{- if and (eq $storage.type "persistentVolumeClaim") (not $storage.existingClaim) }}
 ---
 apiVersion: v1
