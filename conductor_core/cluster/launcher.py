@@ -9,7 +9,7 @@ enough. On the official ``kubernetes`` client (imported lazily) it:
    window and after a dropped connection or an expired watch (HTTP 410), and decides from the
    Trainer's ``Complete``/``Failed`` conditions;
 3. streams the rank-0 pod's log (pod of the JobSet ``node`` job with index 0) into ``log``;
-4. enforces an overall deadline; on failure, deadline or cancellation (Ctrl-C, or SIGTERM turned
+4. enforces an overall deadline; on failure, deadline or cancellation (SIGINT or SIGTERM, turned
    into :class:`TrainJobCancelledError`) it deletes the TrainJob and its ConfigMap (unless
    ``delete_on_failure`` is off) and raises a :class:`ClusterError` subclass. A completed job is
    kept unless ``delete_on_success``.
@@ -160,26 +160,33 @@ def _api_message(exc: BaseException) -> str:
     return f"HTTP {status} {reason}{hint}"
 
 
-class _SigtermAsException:
-    """While active (main thread only), SIGTERM raises :class:`TrainJobCancelledError`."""
+class _CancelOnSignal:
+    """While active (main thread only), SIGTERM and SIGINT cancel the launch.
+
+    The handler raises :class:`TrainJobCancelledError` at once and also sets :attr:`requested`,
+    which :meth:`_Launch.wait` checks at every poll: an exception raised by a signal handler is
+    lost when it lands in a finalizer (Python prints "Exception ignored" and goes on), and a
+    lost Ctrl-C once left a TrainJob running until its deadline.
+    """
 
     def __init__(self) -> None:
-        self._previous: Any = None
-        self._installed = False
+        self.requested = threading.Event()
+        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _SigtermAsException:
+    def __enter__(self) -> _CancelOnSignal:
         if threading.current_thread() is threading.main_thread():
 
-            def _raise(signum: int, frame: Any) -> None:
-                raise TrainJobCancelledError("received SIGTERM")
+            def _cancel(signum: int, frame: Any) -> None:
+                self.requested.set()
+                raise TrainJobCancelledError(f"received {signal.Signals(signum).name}")
 
-            self._previous = signal.signal(signal.SIGTERM, _raise)
-            self._installed = True
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, _cancel)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def _parse_timestamp(text: str) -> tuple[dt.datetime, int] | None:
@@ -324,9 +331,12 @@ class _Launch:
         api_client: Any,
         log: Callable[[str], None],
         clock: Callable[[], float],
+        cancel: threading.Event | None = None,
     ) -> None:
         from kubernetes import client
 
+        self.cancel = cancel or threading.Event()
+        """Set when a signal cancelled the launch (:class:`_CancelOnSignal`)."""
         self.m = manifests
         self.settings = settings
         self.log = log
@@ -510,10 +520,15 @@ class _Launch:
         finally:
             watcher.stop()
 
+    def _check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise TrainJobCancelledError(f"launch of TrainJob {self.m.name} cancelled by a signal")
+
     def wait(self) -> JobState:
         """Block until the TrainJob completes or fails; raise on the deadline."""
         job = self.settings.trainjob
         while True:
+            self._check_cancelled()
             try:
                 state = job_state(self._get_job())
             except ClusterError:
@@ -535,6 +550,7 @@ class _Launch:
             window = max(1, min(job.watch_timeout_s, math.ceil(remaining)))
             try:
                 for obj in self._watch_window(window):
+                    self._check_cancelled()
                     state = job_state(obj)
                     if state.finished:
                         return state
@@ -573,10 +589,10 @@ def launch_and_wait(
     if api_client is None:
         api_client = load_api_client()
     manifests = build_manifests(request, settings, resolve_namespace(settings, namespace))
-    launch = _Launch(manifests, settings, api_client, log, clock)
     job = settings.trainjob
     follower: _Rank0LogFollower | None = None
-    with _SigtermAsException():
+    with _CancelOnSignal() as cancel:
+        launch = _Launch(manifests, settings, api_client, log, clock, cancel.requested)
         try:
             attached = launch.create()
             log(

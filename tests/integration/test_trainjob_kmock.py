@@ -432,3 +432,24 @@ def test_cancellation_deletes_the_job(cluster, api, signum: int) -> None:
     assert signal.getsignal(signal.SIGTERM) is previous  # handler restored
     assert get_job(api, manifests.name) is None
     assert get_configmap(api, manifests.configmap_name) is None
+
+
+def test_a_cancel_whose_exception_was_lost_still_stops_the_wait(cluster, api) -> None:
+    """A signal handler's exception is dropped where it lands in a finalizer; the flag the
+    handler sets first stops the wait at the next poll, not at the deadline (30 s here)."""
+    from conductor_core.cluster.launcher import _Launch
+
+    settings = make_settings(stream_logs=False)
+    manifests = build_manifests(make_request(), settings)
+    cancel = threading.Event()
+    launch = _Launch(manifests, settings, api, lambda _: None, time.monotonic, cancel)
+    launch.create()
+    try:
+        cancel.set()  # what the handler does before raising
+        start = time.monotonic()
+        with pytest.raises(TrainJobCancelledError, match="cancelled by a signal"):
+            launch.wait()
+        assert time.monotonic() - start < 5
+    finally:
+        launch.delete()
+    assert get_job(api, manifests.name) is None
