@@ -2,7 +2,7 @@
 
 Once per session: ``scripts/setup_vllm_cpu.sh`` (instant when ``.venv-vllm`` is ready), a tiny
 Qwen2 Conductor (hidden 128, 4 heads) built into a temporary folder and given the project's format
-warm-up (a couple of hundred steps of ``conductor_core.train.warmup``), then
+warm-up (60 steps of ``conductor_core.train.warmup``: the tests check plumbing), then
 ``python -m vllm.entrypoints.openai.api_server`` from ``.venv-vllm`` on loopback, stopped by PID
 with its children at the end. Two gateways (``create_app``) on the bundled simulated pool ask it
 for plans through :class:`OpenAIPlanSource`: one with structured outputs (the plan grammar as
@@ -53,8 +53,8 @@ QUESTIONS = [
     "What is 17 * 23?",
     "Which planet is known as the Red Planet? A) Venus B) Mars C) Jupiter D) Saturn",
 ]
-# Plan generation: the warm-up taught plans of ~40 tokens; the grammar caps every subtask so a
-# constrained plan always ends well inside max_tokens.
+# Plan generation: the grammar caps every subtask (and the number of steps), so a constrained
+# plan always ends well inside max_tokens, however little the warm-up taught.
 PLAN_MAX_TOKENS = 512
 MAX_SUBTASK_CHARS = 120
 
