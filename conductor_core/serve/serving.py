@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from conductor_core.errors import ConductorError
 from conductor_core.policy.base import PlanSource
@@ -137,8 +138,6 @@ def redact_urls(text: str, hosts: Iterable[str] = ()) -> str:
 def _netloc(url: str | None) -> str | None:
     if not url:
         return None
-    from urllib.parse import urlsplit
-
     try:
         return urlsplit(url).netloc or None
     except ValueError:
