@@ -10,6 +10,11 @@ test-fast:
 	test -x .venv/bin/python || bash scripts/setup.sh
 	.venv/bin/python -m pytest -q -m unit -p no:cacheprovider -n auto tests/unit
 
+# The CPU images (conductor-base, conductor-serve) from images/*/Dockerfile, tagged as
+# conductor_core/cluster/images.py names them; installs and starts the Docker engine where it can.
+images:
+	bash scripts/images.sh
+
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
@@ -19,4 +24,4 @@ bench:
 	.venv/bin/python bench/bench_eval.py
 	.venv/bin/python bench/bench_sandbox_humaneval.py
 
-.PHONY: test test-fast lint bench
+.PHONY: test test-fast images lint bench

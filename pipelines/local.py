@@ -62,6 +62,12 @@ class LocalRun:
     folder); None when no task opened the run's MLflow run (or MLflow could not be read)."""
     mlflow_run_name: str | None = None
     """The name of the run's parent MLflow run (``<pipeline>-<KFP run id>``), when found."""
+    tracking_uri: str | None = None
+    """Where the run's MLflow runs can be read now; None: the default of a local run under its
+    root (:func:`local_tracking_uri`)."""
+    kept_artifacts: bool = True
+    """False when the run's S3 store ended with it (the rehearsal's loopback server): the
+    weights are gone, the MLflow runs and metrics remain."""
 
     def output(self, task: str, name: str) -> Path | None:
         """The output ``name`` of ``task`` (the first match under the run folder), if any."""
@@ -102,7 +108,9 @@ class _TaskWatcher(io.TextIOBase):
 def local_settings() -> Any:
     """The cluster settings for a local run: no pod environment variables or workspace (KFP's
     local runner applies a task's environment variables, and the cluster's MLflow address or
-    workspace path would be wrong here)."""
+    workspace path would be wrong here), and every folder shared (``shared_paths: ["/"]``: the
+    tasks run on this machine, so the parameter check accepts a local artifact root; the
+    default one is ``<root>/pipelines``, not the settings' ``artifact_root``)."""
     from conductor_core.cluster.settings import load_cluster_settings
 
     settings = load_cluster_settings()
@@ -111,6 +119,9 @@ def local_settings() -> Any:
         update={
             "gpu": settings.gpu.model_copy(update=local),
             "cpu": settings.cpu.model_copy(update=local),
+            "artifact_root": None,
+            "shared_paths": ["/"],
+            "s3_endpoint": None,
         }
     )
 
@@ -159,6 +170,56 @@ def _kfp_process_state():
         root.handlers[:] = handlers
 
 
+@dataclass
+class _Backend:
+    """How a run's tasks execute: the pipeline to call, KFP's runner, the parameters this
+    machine fills in, and the MLflow store the tasks log to."""
+
+    pipeline: Any
+    runner: Any
+    params: dict[str, Any]
+    tracking_uri: str
+    rehearsal_id: str | None = None
+    store_uri: str | None = None
+    kept_artifacts: bool = True
+
+
+@contextmanager
+def _backend(name: str, root: Path, kfp_root: Path, containers: bool):
+    """Subprocesses of this Python on the pipeline built here (the embedded default), or, with
+    ``containers``, the compiled pipeline in Docker containers (pipelines/containers.py)."""
+    if not containers:
+        import kfp.local
+
+        from pipelines.registry import build
+
+        pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
+        with _embedded_environment(root):
+            yield _Backend(
+                pipeline=pipeline,
+                runner=kfp.local.SubprocessRunner(use_venv=False),
+                params={},
+                tracking_uri=local_tracking_uri(root),
+            )
+        return
+    from pipelines.containers import compiled_pipeline, rehearsal, writable_pipeline_root
+    from pipelines.registry import COMPILED_DIR
+
+    compiled = COMPILED_DIR / f"{name}.yaml"
+    pipeline = compiled_pipeline(compiled)
+    writable_pipeline_root(kfp_root)
+    with rehearsal(compiled, root) as setup:
+        yield _Backend(
+            pipeline=pipeline,
+            runner=setup.runner(),
+            params=setup.params(pipeline),
+            tracking_uri=setup.tracking_uri,
+            rehearsal_id=setup.rehearsal_id,
+            store_uri=setup.store_uri,
+            kept_artifacts=setup.kept_artifacts,
+        )
+
+
 def run_local(
     name: str,
     params: dict[str, Any] | None = None,
@@ -166,9 +227,13 @@ def run_local(
     root: str | Path = "runs",
     echo: Callable[[str], None] | None = None,
     verbose: bool = False,
+    containers: bool = False,
 ) -> LocalRun:
     """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
 
+    By default every task is a subprocess of this Python. With ``containers`` the compiled
+    pipeline runs instead, every task in a Docker container of the image it names, sharing only
+    KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`pipelines.containers`).
     ``echo`` receives one line as each task starts and ends (default: stderr). With ``verbose``
     the tasks' logs also go to stdout; they always go to ``root/logs/<run>.log``. A failed task
     ends the run; the result then has ``ok`` False and the error, and the log keeps the task's
@@ -176,15 +241,12 @@ def run_local(
     """
     import kfp.local
 
-    from pipelines.registry import build
-
     say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     root = Path(root).expanduser().resolve()
     kfp_root = root / "kfp"
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
     started_at: dict[str, float] = {}
     tasks: dict[str, TaskTiming] = {}
     t0 = time.perf_counter()
@@ -212,12 +274,10 @@ def run_local(
     before = set(kfp_root.glob("*")) if kfp_root.exists() else set()
     started_ms = int(time.time() * 1000)
     error = None
-    with _embedded_environment(root), log_path.open("w", encoding="utf-8") as log:
-        kfp.local.init(
-            runner=kfp.local.SubprocessRunner(use_venv=False),
-            pipeline_root=str(kfp_root),
-            raise_on_error=True,
-        )
+    leftovers: list[str] = []
+    backend_ctx = _backend(name, root, kfp_root, containers)
+    with backend_ctx as backend, log_path.open("w", encoding="utf-8") as log:
+        kfp.local.init(runner=backend.runner, pipeline_root=str(kfp_root), raise_on_error=True)
         watcher = _TaskWatcher(log, on_event)
         stdout = sys.stdout
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]
@@ -227,11 +287,19 @@ def run_local(
                 # only, and the components name their cluster image while running in this Python.
                 warnings.filterwarnings("ignore", message=".*no effect in the current local runner")
                 warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
-                pipeline(**(params or {}))
+                backend.pipeline(**{**backend.params, **(params or {})})
         except Exception as exc:
             error = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
         finally:
             sys.stdout = stdout
+        if backend.rehearsal_id is not None:
+            from pipelines.containers import leftover_containers
+
+            leftovers = leftover_containers(backend.rehearsal_id)
+        pipeline_name, tracking_uri = backend.pipeline.name, backend.tracking_uri
+        run_dir, found = _run_folder_and_mlflow_run(
+            kfp_root, before, pipeline_name, started_ms, tracking_uri
+        )
     if error is not None:
         error = _failure(error, log_path)
     if error is None:
@@ -243,11 +311,10 @@ def run_local(
                 base = t.name.split(" #")[0]
                 twins = [o.seconds for o in tasks.values() if o.name.split(" #")[0] == base]
                 t.status, t.seconds = "SUCCESS", max(twins)
-    new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
-    if not new and error is None:
+    if run_dir is None and error is None:
         raise ConductorError(f"pipeline {name}: the local runner wrote nothing; log: {log_path}")
-    run_dir = new[-1] if new else None
-    found = _mlflow_run(pipeline.name, started_ms, root, run_dir) if run_dir else None
+    if leftovers and error is None:
+        error = f"containers left behind after the run: {', '.join(leftovers)}"
     return LocalRun(
         pipeline=name,
         run_dir=run_dir,
@@ -258,6 +325,8 @@ def run_local(
         error=error,
         kfp_run_id=found.kfp_run_id if found else None,
         mlflow_run_name=found.run_name if found else None,
+        tracking_uri=backend.store_uri,
+        kept_artifacts=backend.kept_artifacts,
     )
 
 
@@ -267,15 +336,24 @@ def local_tracking_uri(root: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
 
 
+def _run_folder_and_mlflow_run(
+    kfp_root: Path, before: set[Path], pipeline: str, since_ms: int, tracking_uri: str
+) -> "tuple[Path | None, PipelineRun | None]":
+    """The run's folder under KFP's pipeline root (the newest new one) and its parent MLflow
+    run, read while the run's tracking server (if any) is still up."""
+    new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
+    run_dir = new[-1] if new else None
+    return run_dir, (_mlflow_run(pipeline, since_ms, tracking_uri, run_dir) if run_dir else None)
+
+
 def _mlflow_run(
-    pipeline: str, since_ms: int, root: Path, run_dir: Path | None
+    pipeline: str, since_ms: int, uri: str, run_dir: Path | None
 ) -> "PipelineRun | None":
     """The parent MLflow run the run's tasks opened (KFP's local runner draws the run id, so it
     is looked up: the first run of ``pipeline`` since the start), tagged with the local run's
     name (``run_dir``'s) so that `conductor eval compare --kfp-run-id NAME` finds it too. None
     when there is none (a pipeline that does not log, a failure before it), and when the store
     cannot be read: the summary then says less, the run is not failed for it."""
-    uri = local_tracking_uri(root)
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         return None  # no task logged: reading would create an empty store
     from conductor_core.track.pipeline_runs import first_pipeline_run_since, name_pipeline_run

@@ -23,9 +23,11 @@ def _registered(run: LocalRun) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _tracking_prefix(root: Path) -> str:
+def _tracking_prefix(run: LocalRun, root: Path) -> str:
     """What a later command needs to find this run's MLflow store (nothing for ./runs, which
     is where every ``conductor`` command looks by default)."""
+    if run.tracking_uri and run.tracking_uri != os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"MLFLOW_TRACKING_URI={run.tracking_uri} "
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return ""
     from conductor_core.track.mlflow_run import runs_dir
@@ -76,12 +78,15 @@ def render_summary(run: LocalRun, *, root: Path, pool: str = "bundled") -> str:
     registered = _registered(run)
     if registered:
         name = registered.get("registered_model")
-        where.append(["model weights", str(registered.get("weights_uri"))])
-        if name:
+        weights = str(registered.get("weights_uri"))
+        if not run.kept_artifacts:
+            weights += " (in the run's loopback S3 server, stopped with it)"
+        where.append(["model weights", weights])
+        if name and run.kept_artifacts:
             model = f"models:/{name}/{registered.get('model_version')}"
             where.append(["registered", model])
             ask = (
-                f"{_tracking_prefix(root)}conductor solve --pool {pool_path(pool)} "
+                f"{_tracking_prefix(run, root)}conductor solve --pool {pool_path(pool)} "
                 f'--conductor "{model}" "QUESTION"'
             )
             where.append(["ask it", ask])
@@ -89,9 +94,10 @@ def render_summary(run: LocalRun, *, root: Path, pool: str = "bundled") -> str:
         where.append(["MLflow run", f"{run.mlflow_run_name} (KFP run id {run.kfp_run_id})"])
         if comparison:
             compare = (
-                f"{_tracking_prefix(root)}conductor eval compare --kfp-run-id {run.kfp_run_id}"
+                f"{_tracking_prefix(run, root)}conductor eval compare --kfp-run-id {run.kfp_run_id}"
             )
             where.append(["compare methods", compare])
-    where.append(["MLflow", f"mlflow ui --backend-store-uri {local_tracking_uri(root)}"])
+    store = run.tracking_uri or local_tracking_uri(root)
+    where.append(["MLflow", f"mlflow ui --backend-store-uri {store}"])
     parts += ["", _table(["what", "where"], where)]
     return "\n".join(parts) + "\n"

@@ -477,7 +477,7 @@ def test_shutdown_drains_in_flight_workflows(pool):
 
 
 def test_conductor_serve_command_runs_and_stops_cleanly(tmp_path):
-    from tests.integration.conftest import free_port
+    from conductor_core.track.loopback import free_port
 
     port = free_port()
     env = {**os.environ, "CONDUCTOR_API_KEYS": "sk-cli-key-1234567890"}

@@ -332,7 +332,7 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
     from conductor_core.evaluate.records import RecordWriter
     from conductor_core.pipeline.eval_steps import aggregate_step
     from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT
-    from pipelines.local import LocalRun, _mlflow_run
+    from pipelines.local import LocalRun, _mlflow_run, local_tracking_uri
     from pipelines.summary import render_summary
 
     shard = tmp_path / "shard"
@@ -352,7 +352,7 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
         tracking_uri=env,
         log=lambda _: None,
     )
-    found = _mlflow_run("conductor-training", started_ms, tmp_path, run_dir)
+    found = _mlflow_run("conductor-training", started_ms, local_tracking_uri(tmp_path), run_dir)
     assert found is not None and found.kfp_run_id == "31415926"
     assert found.run_name == "conductor-training-31415926"
     parent = _client().get_run(found.run_id)

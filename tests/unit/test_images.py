@@ -133,8 +133,8 @@ def test_dockerfiles_repeat_no_package_pin_of_pyproject() -> None:
 def test_extras_installed_by_the_images_exist() -> None:
     extras = set(PYPROJECT["project"]["optional-dependencies"])
     expected = {
-        "base": {"pipelines", "data", "train", "providers"},
-        "train": {"gpu", "data", "pipelines", "providers"},
+        "base": {"tasks"},
+        "train": {"tasks", "vllm"},
         "serve": {"serve", "providers"},
     }
     for kind, path in DOCKERFILES.items():
@@ -142,6 +142,10 @@ def test_extras_installed_by_the_images_exist() -> None:
         (installed,) = re.findall(r'pip install [^"]*"\.\[([a-z,]+)\]"', text)
         assert set(installed.split(",")) == expected[kind]
         assert set(installed.split(",")) <= extras
+    # one Python layer for every pipeline task: the train image adds only vLLM to it
+    tasks = {Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["tasks"]}
+    assert {str(r.name) for r in tasks} == {"conductor-core"}
+    assert set().union(*(r.extras for r in tasks)) == {"pipelines", "data", "train", "providers"}
     # the serving image stays small: nothing pulls torch into it
     serve_extras = {"serve", "providers"}
     for extra in serve_extras:

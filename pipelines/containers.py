@@ -1,0 +1,258 @@
+"""The cluster rehearsal: a **compiled** pipeline (``pipelines/compiled/<name>.yaml``, what the
+Kubeflow UI gets) run by ``kfp.local.DockerRunner``, every task in its own container of the
+image the YAML names, sharing nothing but what a cluster shares: KFP's artifacts, an S3 bucket and
+an MLflow server.
+
+The containers run as the images' user (uid 10001) with every capability dropped and no new
+privileges, on the host's network (servers bind 127.0.0.1; no traffic to bridge addresses). The
+compiled pipeline's own environment (its cluster settings) applies, except the endpoints this
+machine replaces: the MLflow tracking URI and the S3 endpoint. The Secrets the compiled pipeline
+mounts as environment variables are filled, where this machine has a value, from the local S3
+server's credentials and this process's environment (API keys), the way a cluster fills them
+from its Secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conductor_core.errors import ConductorError
+
+TASK_USER = "10001:10001"
+"""The images' numeric user (images/*/Dockerfile), as pods run them (``runAsNonRoot``)."""
+RUN_LABEL = "org.conductor.rehearsal"
+"""Label on every task container of a rehearsal, valued with the rehearsal's id."""
+BUCKET = "conductor"
+"""Bucket of the loopback S3 server: the artifact root and MLflow's artifacts."""
+ENDPOINT_ENVS = ("MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+
+
+@dataclass
+class Rehearsal:
+    """What the tasks of one rehearsal get: the runner, the parameters this machine fills in,
+    and where the servers are."""
+
+    rehearsal_id: str
+    tracking_uri: str
+    artifact_root: str
+    environment: dict[str, str]
+    store_uri: str
+    """Where the run's MLflow runs can be read after the rehearsal: the given tracking URI, or
+    the SQLite store of the loopback server, which outlives it."""
+    kept_artifacts: bool
+    """False when S3 was the loopback server: the weights and MLflow artifacts end with it."""
+    images: list[str] = field(default_factory=list)
+
+    def runner(self) -> Any:
+        """``kfp.local.DockerRunner`` with the settings every task container gets."""
+        import kfp.local
+
+        return kfp.local.DockerRunner(
+            network_mode="host",
+            user=TASK_USER,
+            environment=self.environment,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            labels={RUN_LABEL: self.rehearsal_id},
+        )
+
+    def params(self, pipeline: Any) -> dict[str, str]:
+        """Parameters of ``pipeline`` this machine provides (a user's ``--set`` wins)."""
+        given = {"tracking_uri": self.tracking_uri, "artifact_root": self.artifact_root}
+        inputs = pipeline.component_spec.inputs or {}
+        return {k: v for k, v in given.items() if k in inputs}
+
+
+def compiled_pipeline(path: Path) -> Any:
+    """The pipeline of a compiled YAML file, callable under ``kfp.local``."""
+    from kfp import components
+
+    if not path.is_file():
+        raise ConductorError(f"no compiled pipeline at {path}: run `conductor pipeline compile`")
+    return components.load_component_from_file(str(path))
+
+
+def pipeline_images(path: Path) -> list[str]:
+    """Every container image the compiled pipeline's tasks name."""
+    import yaml
+
+    spec = next(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    executors = spec.get("deploymentSpec", {}).get("executors", {})
+    return sorted({e["container"]["image"] for e in executors.values() if "container" in e})
+
+
+def secret_env_names(path: Path) -> list[str]:
+    """The environment variables the compiled pipeline's tasks take from Kubernetes Secrets."""
+    import yaml
+
+    docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    platform = docs[1] if len(docs) > 1 else {}
+    executors = (
+        platform.get("platforms", {})
+        .get("kubernetes", {})
+        .get("deploymentSpec", {})
+        .get("executors", {})
+    )
+    return sorted(
+        {
+            item["envVar"]
+            for executor in executors.values()
+            for secret in executor.get("secretAsEnv", [])
+            for item in secret.get("keyToEnv", [])
+        }
+    )
+
+
+def missing_images(images: list[str]) -> list[str]:
+    """The images of ``images`` the local Docker engine does not have (nothing is pulled).
+
+    Raises:
+        ConductorError: no Docker engine can be reached.
+    """
+    docker = _docker_client()
+    try:
+        have = {tag for image in docker.images.list() for tag in image.tags}
+    finally:
+        docker.close()
+    return [i for i in images if i not in have]
+
+
+def leftover_containers(rehearsal_id: str, settle_s: float = 20.0) -> list[str]:
+    """Names of the containers of a rehearsal that still exist (running or stopped) after
+    ``settle_s`` seconds: KFP starts them with ``auto_remove``, which the engine carries out
+    just after the container exits."""
+    import time
+
+    docker = _docker_client()
+    deadline = time.monotonic() + settle_s
+    try:
+        while True:
+            found = docker.containers.list(
+                all=True, filters={"label": f"{RUN_LABEL}={rehearsal_id}"}
+            )
+            if not found or time.monotonic() > deadline:
+                return [c.name for c in found]
+            time.sleep(0.5)
+    finally:
+        docker.close()
+
+
+def remove_containers(rehearsal_id: str) -> None:
+    """Stop and remove every container of a rehearsal (after an interrupted run)."""
+    docker = _docker_client()
+    try:
+        for c in docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={rehearsal_id}"}):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+    finally:
+        docker.close()
+
+
+def _docker_client() -> Any:
+    try:
+        import docker
+    except ImportError as exc:
+        raise ConductorError(
+            "--docker needs the Docker SDK: pip install 'conductor-core[containers]'"
+        ) from exc
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise ConductorError(
+            f"--docker: no Docker engine answers ({exc}); start one, or run "
+            "`make images`, which installs and starts it where it can"
+        ) from exc
+    return client
+
+
+@contextlib.contextmanager
+def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
+    """Prepare a rehearsal of ``compiled`` under ``root``: check the images exist locally,
+    start an S3 server and an MLflow server on loopback unless ``MLFLOW_TRACKING_URI`` and an S3
+    endpoint are given, and stop them (and any container left behind) at the end.
+
+    Raises:
+        ConductorError: no engine, or an image the pipeline names is not built.
+    """
+    images = pipeline_images(compiled)
+    missing = missing_images(images)
+    if missing:
+        raise ConductorError(
+            f"--docker: image(s) not built here: {', '.join(missing)}; run `make images` "
+            "(nothing is pulled from a registry)"
+        )
+    rid = uuid.uuid4().hex[:12]
+    given_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    given_endpoint = next((os.environ[k] for k in ENDPOINT_ENVS if os.environ.get(k)), "")
+    with contextlib.ExitStack() as stack:
+        if given_uri and given_endpoint:
+            s3_env = {k: os.environ[k] for k in _S3_ENVS if os.environ.get(k)}
+            s3_env.update({k: given_endpoint for k in ENDPOINT_ENVS})
+            tracking_uri = store_uri = given_uri
+            kept = True
+            artifact_root = os.environ.get("CONDUCTOR_ARTIFACT_ROOT", "")
+            if not artifact_root.startswith("s3://"):
+                raise ConductorError(
+                    "--docker with your own MLflow and S3: set CONDUCTOR_ARTIFACT_ROOT to an "
+                    "s3://bucket/prefix the tasks share (or --set artifact_root=s3://...)"
+                )
+        else:
+            from conductor_core.track.loopback import (
+                running,
+                start_mlflow_server,
+                start_s3_server,
+            )
+
+            services = root / "services"
+            s3 = stack.enter_context(running(start_s3_server(services, buckets=(BUCKET,))))
+            mlflow = stack.enter_context(
+                running(start_mlflow_server(services, f"s3://{BUCKET}/mlflow", s3.env))
+            )
+            s3_env, tracking_uri = dict(s3.env), mlflow.url
+            store_uri, kept = f"sqlite:///{services / 'mlflow.db'}", False
+            artifact_root = f"s3://{BUCKET}/pipelines"
+        # What the compiled pipeline takes from Secrets, where this machine has a value.
+        secrets = {
+            name: value
+            for name in secret_env_names(compiled)
+            if (value := s3_env.get(name) or os.environ.get(name))
+        }
+        environment = {
+            **secrets,
+            **{k: v for k, v in s3_env.items() if k in ENDPOINT_ENVS or k == "AWS_DEFAULT_REGION"},
+            "MLFLOW_TRACKING_URI": tracking_uri,
+            "HF_HUB_OFFLINE": "1",
+        }
+        stack.callback(remove_containers, rid)
+        yield Rehearsal(
+            rehearsal_id=rid,
+            tracking_uri=tracking_uri,
+            artifact_root=artifact_root,
+            environment=environment,
+            store_uri=store_uri,
+            kept_artifacts=kept,
+            images=images,
+        )
+
+
+_S3_ENVS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+
+
+def writable_pipeline_root(path: Path) -> Path:
+    """Create KFP's local pipeline root so that the tasks' user can write it (a pod's volume
+    would be writable for it too): owned by uid 10001 when this process may chown, else
+    world-writable."""
+    path.mkdir(parents=True, exist_ok=True)
+    uid, gid = (int(x) for x in TASK_USER.split(":"))
+    try:
+        os.chown(path, uid, gid)
+    except PermissionError:
+        path.chmod(0o777)
+    return path

@@ -1,0 +1,139 @@
+"""The built CPU images, run with the settings the pods use (tests/support/containers.py).
+
+conductor-base runs the library call of every component; conductor-serve serves the OpenAI API.
+The whole training pipeline in these containers: tests/e2e/test_pipeline_docker.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from conductor_core.track.loopback import free_port
+from tests.support.containers import POD_LIKE, docker_or_skip, image_or_skip
+
+pytestmark = pytest.mark.slow
+
+# Imports every component's function body makes (each body imports conductor_core and makes one
+# call), executed in the image: a component whose call needs a package the image lacks fails.
+COMPONENT_IMPORTS = r"""
+import ast, importlib, inspect, json, pkgutil
+import components
+done, failed = [], {}
+for mod in pkgutil.iter_modules(components.__path__):
+    if not mod.ispkg:
+        continue
+    module = importlib.import_module(f"components.{mod.name}.component")
+    tree = ast.parse(inspect.getsource(module))
+    for fn in [n for n in tree.body if isinstance(n, ast.FunctionDef)]:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom):
+                try:
+                    m = importlib.import_module(node.module)
+                    for alias in node.names:
+                        getattr(m, alias.name)
+                except Exception as exc:
+                    failed[f"{mod.name}: {node.module}"] = repr(exc)
+        done.append(mod.name)
+print(json.dumps({"components": done, "failed": failed}))
+"""
+
+
+@pytest.fixture(scope="module")
+def client():
+    docker = docker_or_skip()
+    yield docker
+    docker.close()
+
+
+def _run(client, image: str, command: list[str]) -> str:
+    """Run ``command`` in ``image`` (whatever its entrypoint) as a pod would; its output."""
+    out = client.containers.run(
+        image, command[1:], entrypoint=[command[0]], remove=True, **POD_LIKE
+    )
+    return out.decode()
+
+
+@pytest.mark.parametrize("kind", ["base", "serve"])
+def test_images_run_as_the_pods_do(client, kind):
+    image = image_or_skip(client, kind)
+    assert client.images.get(image).attrs["Config"]["User"] == "10001:10001"
+    probe = (
+        "import os, pathlib; print(os.getuid(), os.getgid());"
+        "p = pathlib.Path('/opt/venv/x');"
+        "\ntry:\n p.write_text('x'); print('root-writable')\nexcept OSError: print('read-only')"
+    )
+    out = _run(client, image, ["python", "-c", probe]).split()
+    assert out == ["10001", "10001", "read-only"]
+    caps = _run(client, image, ["python", "-c", "print(open('/proc/self/status').read())"])
+    eff = next(line for line in caps.splitlines() if line.startswith("CapEff:"))
+    assert int(eff.split()[1], 16) == 0  # every capability dropped
+
+
+def test_base_image_runs_every_component_call(client):
+    import components
+
+    image = image_or_skip(client, "base")
+    out = json.loads(_run(client, image, ["python", "-c", COMPONENT_IMPORTS]).strip())
+    assert out["failed"] == {}
+    here = {p.name for p in __import__("pathlib").Path(components.__file__).parent.iterdir()}
+    assert set(out["components"]) >= {n for n in here if not n.startswith(("_", "."))} - {
+        "__pycache__"
+    }
+    assert len(out["components"]) >= 8
+
+
+def test_base_image_has_the_conductor_command_and_bubblewrap(client):
+    image = image_or_skip(client, "base")
+    assert "pipeline" in _run(client, image, ["conductor", "--help"])
+    assert _run(client, image, ["sh", "-c", "command -v bwrap"]).strip() == "/usr/bin/bwrap"
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, {}
+
+
+def test_serve_image_answers_the_openai_api(client):
+    image = image_or_skip(client, "serve")
+    port = free_port()
+    container = client.containers.run(
+        image,
+        ["serve", "--host", "127.0.0.1", "--port", str(port)],
+        detach=True,
+        **POD_LIKE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if _get(f"{base}/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            container.reload()
+            assert container.status != "exited", container.logs().decode()[-3000:]
+            time.sleep(0.5)
+        assert _get(f"{base}/healthz")[0] == 200
+        assert _get(f"{base}/readyz")[0] == 200
+        status, models = _get(f"{base}/v1/models")
+        assert status == 200 and models["data"][0]["id"] == "conductor"
+        body = json.dumps(
+            {"model": "conductor", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}
+        ).encode()
+        request = urllib.request.Request(
+            f"{base}/v1/chat/completions", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            answer = json.loads(resp.read())
+        assert answer["object"] == "chat.completion"
+        assert answer["choices"][0]["message"]["content"]
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,49 @@
+"""The Docker engine and the built images for container tests: skip with the reason where no
+engine runs or an image is not built (`make images` builds them; `.ci/run` does so first).
+
+``POD_LIKE`` holds the settings the chart and the pipeline pods give a container: the images'
+numeric user, a read-only root filesystem with writable /tmp (an emptyDir in the pods), every
+capability dropped, no privilege escalation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+POD_LIKE: dict[str, Any] = {
+    "user": "10001:10001",
+    "read_only": True,
+    "tmpfs": {"/tmp": "", "/home/conductor/.conductor-cache": ""},
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "network_mode": "host",
+}
+
+
+def docker_or_skip() -> Any:
+    """A Docker SDK client, or skip the test naming what is missing."""
+    try:
+        import docker
+    except ImportError:
+        pytest.skip("the Docker SDK is not installed: pip install 'conductor-core[containers]'")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        pytest.skip(
+            f"no Docker engine answers here ({type(exc).__name__}); `make images` starts one"
+        )
+    return client
+
+
+def image_or_skip(client: Any, kind: str) -> str:
+    """The reference of image ``kind`` as conductor_core.cluster.images names it, or skip the
+    test when it is not built."""
+    from conductor_core.cluster.images import image
+
+    ref = image(kind)  # type: ignore[arg-type]
+    if not any(ref in i.tags for i in client.images.list()):
+        pytest.skip(f"image {ref} is not built here: run `make images`")
+    return ref
