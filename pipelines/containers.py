@@ -42,6 +42,9 @@ class Rehearsal:
     tracking_uri: str
     artifact_root: str
     environment: dict[str, str]
+    scratch: list[str]
+    """Paths where the pods get an emptyDir (the workspace): each container gets a fresh tmpfs
+    there, empty at start and gone at exit, like the pod's volume."""
     store_uri: str
     """Where the run's MLflow runs can be read after the rehearsal: the given tracking URI, or
     the SQLite store of the loopback server, which outlives it."""
@@ -60,6 +63,7 @@ class Rehearsal:
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             labels={RUN_LABEL: self.rehearsal_id},
+            tmpfs={p: "mode=1777" for p in self.scratch},
         )
 
     def params(self, pipeline: Any) -> dict[str, str]:
@@ -87,18 +91,36 @@ def pipeline_images(path: Path) -> list[str]:
     return sorted({e["container"]["image"] for e in executors.values() if "container" in e})
 
 
-def secret_env_names(path: Path) -> list[str]:
-    """The environment variables the compiled pipeline's tasks take from Kubernetes Secrets."""
+def _pod_settings(path: Path) -> dict[str, Any]:
+    """The compiled pipeline's Kubernetes settings per executor (its platform spec)."""
     import yaml
 
     docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
     platform = docs[1] if len(docs) > 1 else {}
-    executors = (
+    return (
         platform.get("platforms", {})
         .get("kubernetes", {})
         .get("deploymentSpec", {})
         .get("executors", {})
     )
+
+
+def empty_dir_paths(path: Path) -> list[str]:
+    """Mount paths of the emptyDir volumes the compiled pipeline gives its pods (the workspace),
+    except /dev/shm, which every container has."""
+    return sorted(
+        {
+            mount["mountPath"]
+            for executor in _pod_settings(path).values()
+            for mount in executor.get("emptyDirMounts", [])
+            if mount["mountPath"] != "/dev/shm"
+        }
+    )
+
+
+def secret_env_names(path: Path) -> list[str]:
+    """The environment variables the compiled pipeline's tasks take from Kubernetes Secrets."""
+    executors = _pod_settings(path)
     return sorted(
         {
             item["envVar"]
@@ -236,6 +258,7 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
             tracking_uri=tracking_uri,
             artifact_root=artifact_root,
             environment=environment,
+            scratch=empty_dir_paths(compiled),
             store_uri=store_uri,
             kept_artifacts=kept,
             images=images,

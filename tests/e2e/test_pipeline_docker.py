@@ -1,0 +1,156 @@
+"""The cluster rehearsal end to end: the committed compiled training pipeline run by
+``conductor pipeline run training --docker`` from an empty folder, every task in a container of
+the built base image, sharing only KFP's artifacts, S3 and MLflow (few steps: it checks the
+wiring, not the learning).
+
+The S3 and MLflow servers are started here on loopback and given to the command (as a cluster
+gives them), so that the test can read what the tasks left in them; with no endpoint given the
+command starts its own (test_the_command_starts_and_stops_its_own_servers, on the short curation
+pipeline). Skipped with the reason where no Docker engine runs or the images are not built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conductor_core.track.loopback import running, start_mlflow_server, start_s3_server
+from tests.support.containers import docker_or_skip, image_or_skip
+
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
+
+BUCKET = "rehearsal"
+SHORT = [
+    "base_steps=2",
+    "adaptive_steps=1",
+    "recursive_steps=1",
+    "warmup_steps=10",
+    "eval_limit=12",
+    "eval_shards=2",
+    "model_name=rehearsed",
+]
+
+
+def _conductor(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).parent / "conductor"), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key in (
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_RUN_ID",
+        "MLFLOW_S3_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "CONDUCTOR_ARTIFACT_ROOT",
+    ):
+        env.pop(key, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def images():
+    client = docker_or_skip()
+    image_or_skip(client, "base")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def rehearsed(images, tmp_path_factory):
+    services = tmp_path_factory.mktemp("services")
+    with (
+        running(start_s3_server(services, buckets=(BUCKET,))) as s3,
+        running(start_mlflow_server(services, f"s3://{BUCKET}/mlflow", s3.env)) as mlflow,
+    ):
+        prefix = f"runs-{uuid.uuid4().hex[:8]}"
+        env = {
+            **_clean_env(),
+            **s3.env,
+            "MLFLOW_TRACKING_URI": mlflow.url,
+            "CONDUCTOR_ARTIFACT_ROOT": f"s3://{BUCKET}/{prefix}",
+        }
+        empty = tmp_path_factory.mktemp("empty")
+        sets = [a for kv in SHORT for a in ("--set", kv)]
+        done = _conductor(["pipeline", "run", "training", "--docker", *sets], empty, env)
+        yield done, empty, s3, mlflow, prefix
+
+
+def test_every_task_ran_in_a_container_and_succeeded(rehearsed, images):
+    done, folder, *_ = rehearsed
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    assert "pipeline training: ok" in done.stdout
+    for task in ("check-params", "curate", "validate", "register"):
+        assert f"{task} done" in done.stderr
+    assert done.stderr.count("eval-shard") >= 4  # two shards, started and done
+    log = next((folder / "runs" / "logs").glob("training-*.log")).read_text()
+    assert "conductor-base" in log and "Found image" in log  # containers, nothing pulled
+    assert images.containers.list(all=True, filters={"label": "org.conductor.rehearsal"}) == []
+
+
+def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):
+    import boto3
+    import mlflow
+
+    done, folder, s3, server, prefix = rehearsed
+    assert done.returncode == 0
+    client = boto3.client("s3", endpoint_url=s3.url, **_credentials(s3))
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
+    for stage in ("base", "adaptive", "recursive"):
+        assert any(k.endswith(f"/{stage}/model/config.json") for k in keys), stage
+    (output,) = (folder / "runs" / "kfp").glob("*/register*/registered")
+    registered = json.loads(output.read_text())
+    assert registered["weights_uri"].startswith(f"s3://{BUCKET}/{prefix}/")
+    registry = mlflow.MlflowClient(server.url)
+    champion = registry.get_model_version_by_alias("rehearsed", "champion")
+    assert str(champion.version) == registered["model_version"]
+
+
+def test_the_parent_mlflow_run_is_finished_with_its_nested_runs(rehearsed):
+    import mlflow
+
+    done, _, _, server, _ = rehearsed
+    assert done.returncode == 0
+    client = mlflow.MlflowClient(server.url)
+    exp = client.get_experiment_by_name("conductor")
+    runs = client.search_runs([exp.experiment_id], max_results=500)
+    parents = [r for r in runs if r.data.tags.get("conductor.role") == "pipeline"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    stages = {r.data.tags.get("conductor.stage") for r in kids}
+    assert {"curate", "base", "adaptive", "recursive", "evaluate", "register"} <= stages
+
+
+def test_the_command_starts_and_stops_its_own_servers(images, tmp_path):
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    done = _conductor(["pipeline", "run", "curation", "--docker"], tmp_path, _clean_env())
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "pipeline curation: ok" in done.stdout
+    store = tmp_path / "runs" / "services" / "mlflow.db"
+    assert store.is_file() and f"sqlite:///{store}" in done.stdout
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before  # the MLflow and S3 servers are gone
+
+
+def _credentials(s3) -> dict[str, str]:
+    return {
+        "aws_access_key_id": s3.env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": s3.env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": s3.env["AWS_DEFAULT_REGION"],
+    }
