@@ -11,7 +11,7 @@
 # tagged with the name FROM uses, with this machine's CA certificates), and where PyTorch's
 # index cannot be reached it serves the pinned CPU torch wheel (from pip's find-links) on a
 # loopback index. It installs and starts the Docker engine where it can (root on Debian) and
-# otherwise says what is missing. conductor-train (CUDA) is not built here: see images/README.md.
+# otherwise says what is missing (exit 3). conductor-train (CUDA) is not built here: see images/README.md.
 # Every step's output goes to $STATE/images-<kind>.log; the last lines are printed on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +24,16 @@ PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 say() { echo "images: $*" >&2; }
 die() { say "error: $*"; exit 2; }
+# Exit 3: no engine can run here (not root on Debian, or dockerd will not start); 2: a build failed.
+no_engine() { say "no Docker engine: $*"; exit 3; }
 
 # ---- the engine ---------------------------------------------------------------------------
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }
 if ! command -v docker >/dev/null 2>&1 || ! engine_up; then
   if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
     command -v docker >/dev/null 2>&1 \
-      && die "the Docker engine is not running and this user cannot start it (start dockerd, or run as root on Debian)" \
-      || die "no docker command: install a Docker engine (Debian: apt-get install docker.io), or run this as root on Debian"
+      && no_engine "the engine is not running and this user cannot start it (start dockerd, or run as root on Debian)" \
+      || no_engine "no docker command: install a Docker engine (Debian: apt-get install docker.io), or run this as root on Debian"
   fi
   if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
     say "installing the Docker engine (docker.io) and debootstrap"
@@ -42,7 +44,7 @@ if ! command -v docker >/dev/null 2>&1 || ! engine_up; then
     say "starting dockerd (log: $STATE/dockerd.log)"
     setsid nohup /usr/sbin/dockerd --storage-driver overlay2 >"$STATE/dockerd.log" 2>&1 </dev/null &
     for _ in $(seq 60); do engine_up && break; sleep 1; done
-    engine_up || die "dockerd did not come up in 60 s; see $STATE/dockerd.log"
+    engine_up || no_engine "dockerd did not come up in 60 s; see $STATE/dockerd.log"
   fi
 fi
 
