@@ -65,7 +65,7 @@ EOF
 registry_reachable() { timeout 20 docker pull "$1" >/dev/null 2>&1; }
 
 make_local_base() { # $1: an image such as python:3.11.14-slim-bookworm
-  local name=$1 release=${1##*-} rootfs mirror
+  local name=$1 release=${1##*-} rootfs mirror start=$(date +%s)
   rootfs=$(mktemp -d "$STATE/rootfs.XXXXXX")
   mirror=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
              | awk '{print $2}' | head -1 || true)
@@ -87,7 +87,7 @@ make_local_base() { # $1: an image such as python:3.11.14-slim-bookworm
     -c 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
     -c 'CMD ["python3"]' - "$name" >/dev/null
   rm -rf "$rootfs"
-  say "made $name ($(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1/1e6}'))"
+  say "made $name in $(( $(date +%s) - start )) s ($(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1/1e6}'))"
 }
 
 ensure_from() {
