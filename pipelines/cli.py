@@ -139,10 +139,28 @@ def run_cmd(name, local, docker, root, sets, verbose) -> None:
     help="NAME of the environment variable holding a bearer token for the endpoint.",
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A run parameter.")
+@click.option(
+    "--service-account",
+    default=None,
+    metavar="NAME",
+    help="Kubernetes service account the run's pods use (default: KFP's, pipeline-runner "
+    "standalone or default-editor multi-user); it needs the conductor-training-rbac chart's "
+    "permissions to launch TrainJobs.",
+)
 def submit_cmd(
-    name, host, package, version_name, experiment, run_name, namespace, token_env, sets
+    name,
+    host,
+    package,
+    version_name,
+    experiment,
+    run_name,
+    namespace,
+    token_env,
+    sets,
+    service_account,
 ) -> None:
-    """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint."""
+    """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.14 or
+    newer: an older server is refused, one that reports no version gets a warning)."""
     import os
 
     from pipelines.submit import submit
@@ -162,5 +180,6 @@ def submit_cmd(
         params=_parse_sets(sets),
         namespace=namespace,
         existing_token=token,
+        service_account=service_account,
     )
     click.echo(json.dumps(result.to_dict(), indent=2))

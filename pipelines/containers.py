@@ -15,6 +15,7 @@ from its Secrets.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConductorError
+
+log = logging.getLogger(__name__)
 
 TASK_USER = "10001:10001"
 """The images' numeric user (images/*/Dockerfile), as pods run them (``runAsNonRoot``)."""
@@ -42,6 +45,8 @@ class Rehearsal:
     tracking_uri: str
     artifact_root: str
     environment: dict[str, str]
+    security_options: list[str]
+    """Docker security options the pods' sandbox settings ask for (sandbox_security_options)."""
     scratch: list[str]
     """Paths where the pods get an emptyDir (the workspace): each container gets a fresh tmpfs
     there, empty at start and gone at exit, like the pod's volume."""
@@ -61,7 +66,7 @@ class Rehearsal:
             user=TASK_USER,
             environment=self.environment,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            security_opt=["no-new-privileges", *self.security_options],
             labels={RUN_LABEL: self.rehearsal_id},
             tmpfs={p: "mode=1777" for p in self.scratch},
         )
@@ -82,13 +87,21 @@ def compiled_pipeline(path: Path) -> Any:
     return components.load_component_from_file(str(path))
 
 
-def pipeline_images(path: Path) -> list[str]:
-    """Every container image the compiled pipeline's tasks name."""
+def pipeline_images(path: Path) -> tuple[list[str], list[str]]:
+    """The container images the compiled pipeline's tasks name: those of CPU tasks (needed),
+    and those only tasks that ask for GPUs use (the GPU branches, which cannot run here)."""
     import yaml
 
     spec = next(yaml.safe_load_all(path.read_text(encoding="utf-8")))
     executors = spec.get("deploymentSpec", {}).get("executors", {})
-    return sorted({e["container"]["image"] for e in executors.values() if "container" in e})
+    cpu, gpu = set(), set()
+    for executor in executors.values():
+        if "container" not in executor:
+            continue
+        container = executor["container"]
+        on_gpu = "accelerator" in container.get("resources", {})
+        (gpu if on_gpu else cpu).add(container["image"])
+    return sorted(cpu), sorted(gpu - cpu)
 
 
 def _pod_settings(path: Path) -> dict[str, Any]:
@@ -116,6 +129,41 @@ def empty_dir_paths(path: Path) -> list[str]:
             if mount["mountPath"] != "/dev/shm"
         }
     )
+
+
+def sandbox_security_options(path: Path) -> list[str]:
+    """Docker ``--security-opt`` values that give the containers what the compiled pods' sandbox
+    settings ask for: seccomp ``Unconfined`` -> ``seccomp=unconfined``, AppArmor ``Unconfined``
+    -> ``apparmor=unconfined``, ``procMount: Unmasked`` -> ``systempaths=unconfined`` (what bwrap
+    needs to create its namespaces as a non-root user; docs/sandbox.md).
+
+    Raises:
+        ConductorError: a Localhost profile, which this rehearsal cannot load.
+    """
+    import json
+
+    from pipelines.kubernetes import SANDBOX_SPEC_ANNOTATION
+
+    options: set[str] = set()
+    for executor in _pod_settings(path).values():
+        annotations = executor.get("podMetadata", {}).get("annotations", {})
+        if SANDBOX_SPEC_ANNOTATION not in annotations:
+            continue
+        spec = json.loads(annotations[SANDBOX_SPEC_ANNOTATION])
+        security = spec.get("securityContext", {})
+        for key, option in (("seccompProfile", "seccomp"), ("appArmorProfile", "apparmor")):
+            kind = security.get(key, {}).get("type")
+            if kind == "Unconfined":
+                options.add(f"{option}=unconfined")
+            elif kind == "Localhost":
+                raise ConductorError(
+                    f"--docker: the pods' sandbox asks for a Localhost {key}, which this "
+                    "rehearsal cannot load; rehearse with Unconfined or without it"
+                )
+        for container in spec.get("containers", []):
+            if container.get("securityContext", {}).get("procMount") == "Unmasked":
+                options.add("systempaths=unconfined")
+    return sorted(options)
 
 
 def secret_env_names(path: Path) -> list[str]:
@@ -203,12 +251,18 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
     Raises:
         ConductorError: no engine, or an image the pipeline names is not built.
     """
-    images = pipeline_images(compiled)
+    images, gpu_only = pipeline_images(compiled)
     missing = missing_images(images)
     if missing:
         raise ConductorError(
             f"--docker: image(s) not built here: {', '.join(missing)}; run `make images` "
             "(nothing is pulled from a registry)"
+        )
+    if missing_images(gpu_only):
+        log.warning(
+            "--docker: %s is not built here; only the GPU branches use it (a GPU profile "
+            "cannot run in this rehearsal)",
+            ", ".join(gpu_only),
         )
     rid = uuid.uuid4().hex[:12]
     given_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
@@ -258,6 +312,7 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
             tracking_uri=tracking_uri,
             artifact_root=artifact_root,
             environment=environment,
+            security_options=sandbox_security_options(compiled),
             scratch=empty_dir_paths(compiled),
             store_uri=store_uri,
             kept_artifacts=kept,

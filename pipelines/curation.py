@@ -1,10 +1,11 @@
-"""The curation pipeline: the data stage alone (curate, then the Great Expectations gate)."""
+"""The curation pipeline: the data stage alone (curate, validate with Great Expectations, gate)."""
 
 from typing import Any
 
 from kfp import dsl
 
 from components.curate import curate
+from components.gate import gate as data_gate
 from components.validate import validate
 from pipelines.kubernetes import apply_pod_settings
 
@@ -26,8 +27,11 @@ def build(settings: Any = None) -> Any:
                 (`pipeline`, `example`).
         """
         data = curate(curation_config=curation_config)
-        gate = validate(dataset=data.outputs["dataset"]).set_display_name("validate data")
-        for task in (data, gate):
+        validated = validate(dataset=data.outputs["dataset"]).set_display_name("validate data")
+        gate = data_gate(
+            passed=validated.outputs["passed"], reason=validated.outputs["reason"]
+        ).set_display_name("data gate")
+        for task in (data, validated, gate):
             apply_pod_settings(task, cluster.cpu)
 
     return curation

@@ -7,9 +7,13 @@ compiled YAML, where tests assert on them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kfp import kubernetes
+
+from conductor_core.cluster.settings import SANDBOX_LABEL
+from conductor_core.cluster.trainjob import POD_IDENTITY_FIELDS
 
 SHM_VOLUME = "dshm"
 WORKSPACE_VOLUME = "workspace"
@@ -74,8 +78,65 @@ def apply_pod_settings(task: Any, pod: Any) -> Any:
     return task
 
 
+RETRIES = 2
+"""How often a training or evaluation task is retried after a failure (a preempted node, an
+evicted pod, an S3 or API error): a retried training task resumes from its last checkpoint (in
+the artifact root), a retried launcher re-attaches to its TrainJob, a retried evaluation shard
+evaluates its shard again (its records were in the failed pod; the local runner's retry resumes
+from them)."""
+RETRY_BACKOFF = {"backoff_duration": "60s", "backoff_factor": 2.0, "backoff_max_duration": "600s"}
+"""The wait before the first retry, its growth, and its cap (KFP's retry policy)."""
+
+
+def retried(task: Any) -> Any:
+    """Retry a task :data:`RETRIES` times with :data:`RETRY_BACKOFF`, for failures outside it
+    (training and evaluation tasks: a retry costs at most a checkpoint interval or one shard)."""
+    return task.set_retry(num_retries=RETRIES, **RETRY_BACKOFF)
+
+
 def side_effects(task: Any) -> Any:
     """A task with side effects (training, launching a job, moving a registry alias) must run
     every time: caching off."""
     task.set_caching_options(enable_caching=False)
+    return task
+
+
+def expose_pod_identity(task: Any) -> Any:
+    """Give a task its own pod's name, uid and namespace as ``POD_NAME``, ``POD_UID`` and
+    ``POD_NAMESPACE`` (downward API, ``kfp-kubernetes`` ``use_field_path_as_env``; no RBAC
+    needed). The TrainJob launcher makes that pod the owner of the TrainJob it creates, so the
+    job is garbage-collected with the pod (:mod:`conductor_core.cluster.launcher`). Call it on
+    every task that may launch a TrainJob (the training tasks)."""
+    for env_name, field_path in POD_IDENTITY_FIELDS.items():
+        kubernetes.use_field_path_as_env(task, env_name=env_name, field_path=field_path)
+    return task
+
+
+SANDBOX_SPEC_ANNOTATION = "conductor.dev/sandbox-pod-spec"
+"""Pod annotation holding, as JSON, the pod fields ``sandbox`` asks for (runtimeClassName,
+hostUsers, securityContext, the container's procMount): kfp-kubernetes 2.17 has no API for
+them, so an admission policy applies them (docs/sandbox.md)."""
+
+
+def apply_sandbox(task: Any, pod: Any) -> Any:
+    """Make the code sandbox's isolation explicit on a task that may grade generated code
+    (training, evaluation shards; harmless on others), from ``pod.sandbox``
+    (:class:`~conductor_core.cluster.settings.SandboxSettings`):
+
+    * ``CONDUCTOR_SANDBOX_FALLBACK`` (``refuse`` or ``limits-only``): whether graders may run
+      generated code under resource limits only when the pod gives no namespaces;
+    * the pod label ``conductor.dev/sandbox: <isolation>`` and, when the settings ask for pod
+      fields, the annotation :data:`SANDBOX_SPEC_ANNOTATION` with them as JSON, for the
+      cluster's admission policy that sets them (KFP itself sets seccomp ``RuntimeDefault``)."""
+    sandbox = pod.sandbox
+    for name, value in sandbox.task_env().items():
+        task.set_env_variable(name=name, value=value)
+    kubernetes.add_pod_label(task, label_key=SANDBOX_LABEL, label_value=sandbox.isolation)
+    spec = sandbox.pod_spec()
+    if spec:
+        kubernetes.add_pod_annotation(
+            task,
+            annotation_key=SANDBOX_SPEC_ANNOTATION,
+            annotation_value=json.dumps(spec, sort_keys=True, separators=(",", ":")),
+        )
     return task

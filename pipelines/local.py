@@ -111,14 +111,13 @@ def local_settings() -> Any:
     workspace path would be wrong here), and every folder shared (``shared_paths: ["/"]``: the
     tasks run on this machine, so the parameter check accepts a local artifact root; the
     default one is ``<root>/pipelines``, not the settings' ``artifact_root``)."""
-    from conductor_core.cluster.settings import load_cluster_settings
+    from conductor_core.cluster.settings import POD_KINDS, load_cluster_settings
 
     settings = load_cluster_settings()
     local = {"env": {}, "workspace": None}
     return settings.model_copy(
         update={
-            "gpu": settings.gpu.model_copy(update=local),
-            "cpu": settings.cpu.model_copy(update=local),
+            **{kind: getattr(settings, kind).model_copy(update=local) for kind in POD_KINDS},
             "artifact_root": None,
             "shared_paths": ["/"],
             "s3_endpoint": None,
@@ -168,6 +167,50 @@ def _kfp_process_state():
         builtins.print, level, handlers = saved
         root.setLevel(level)
         root.handlers[:] = handlers
+
+
+@contextmanager
+def _oneof_artifacts():
+    """Let kfp's local runner join ``dsl.OneOf`` of artifacts, as a cluster does.
+
+    The training pipeline picks each stage's task with ``dsl.If``/``Elif``/``Else`` and hands
+    the branch's model on through ``dsl.OneOf`` (``pipelines/training.py``). kfp 2.17's local
+    runner joins a ``OneOf`` of parameters (the value of the branch that ran) but stops at one of
+    artifacts ("Expected 1 artifact in ArtifactSelectorSpec", ``OrchestratorUtils.
+    get_dag_output_artifacts``). Within the block that method takes, for each output, the one
+    selector whose task produced it, exactly as it does for parameters; an output with a single
+    selector reads as before.
+    """
+    from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
+
+    original = OrchestratorUtils.__dict__["get_dag_output_artifacts"]
+
+    def get_dag_output_artifacts(cls: Any, dag_outputs_spec: Any, io_store: Any) -> dict:
+        outputs = {}
+        for key, spec in dag_outputs_spec.artifacts.items():
+            found = []
+            for selector in spec.artifact_selectors:
+                try:
+                    found.append(
+                        io_store.get_task_output(
+                            selector.producer_subtask, selector.output_artifact_key
+                        )
+                    )
+                except (KeyError, ValueError):  # that branch did not run
+                    continue
+            if len(found) != 1:
+                raise ValueError(
+                    f"dsl.OneOf output {key!r}: {len(found)} of its branches produced it; "
+                    "expected exactly one"
+                )
+            outputs[key] = found[0]
+        return outputs
+
+    OrchestratorUtils.get_dag_output_artifacts = classmethod(get_dag_output_artifacts)
+    try:
+        yield
+    finally:
+        OrchestratorUtils.get_dag_output_artifacts = original
 
 
 @dataclass
@@ -282,7 +325,7 @@ def run_local(
         stdout = sys.stdout
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]
         try:
-            with _kfp_process_state(), warnings.catch_warnings():
+            with _kfp_process_state(), _oneof_artifacts(), warnings.catch_warnings():
                 # Expected locally, once per task: resources and pod settings apply on a cluster
                 # only, and the components name their cluster image while running in this Python.
                 warnings.filterwarnings("ignore", message=".*no effect in the current local runner")

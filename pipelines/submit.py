@@ -8,10 +8,23 @@ that version with the given parameters::
                     pipeline_name="conductor-training", params={"profile": "tiny"})
     print(result.run_url)
 
-Every failure a user can cause (unreachable host, rejected credentials, a rejected upload, a
-taken version name, unknown run parameters) raises :class:`SubmitError` with one line that says
-what failed and how to fix it. The bearer token is only handed to ``kfp.Client``: it is never
-printed, logged or put in an error message. ``kfp`` is imported when :func:`submit` is called.
+Before anything is uploaded, the server's version is read from its healthz endpoint
+(``GET /apis/v2beta1/healthz``: ``tag_name`` from the API server, ``apiServerTagName`` when the
+host is the KFP UI, which answers that path itself) and checked against
+:data:`conductor_core.cluster.versions.KFP_BACKEND` (2.14.0): an older server is refused with the
+reason; a server that reports no version (``unknown``, ``master``, a development build) gets a
+warning (logged, and ``server_version`` is empty in the result) and the submission goes on.
+
+``service_account`` names the Kubernetes service account the run's pods use (KFP's default when
+absent: ``pipeline-runner`` in standalone KFP, ``default-editor`` in a multi-user profile); it
+must have the TrainJob permissions of ``charts/conductor-training-rbac`` when training launches
+TrainJobs.
+
+Every failure a user can cause (unreachable host, rejected credentials, a server too old, a
+rejected upload, a taken version name, unknown run parameters) raises :class:`SubmitError` with
+one line that says what failed and how to fix it. The bearer token is only handed to
+``kfp.Client``: it is never printed, logged or put in an error message. ``kfp`` is imported when
+:func:`submit` is called.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import io
 import json
 import logging
 import os
+import re
 import urllib.error
 import urllib.request
 import warnings
@@ -31,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core import __version__
+from conductor_core.cluster.versions import KFP_BACKEND, check_version
 from conductor_core.errors import ConductorError, require
 
 log = logging.getLogger(__name__)
@@ -38,6 +53,11 @@ log = logging.getLogger(__name__)
 HEALTHZ_PATH = "/apis/v2beta1/healthz"
 PROBE_TIMEOUT_S = 10.0
 _MAX_DETAIL = 300
+VERSION_FIELDS = ("tag_name", "apiServerTagName")
+"""Where a healthz answer holds the KFP backend's version: ``tag_name`` from the API server
+(``backend/src/apiserver/main.go``), ``apiServerTagName`` from the UI's server
+(``frontend/server/handlers/healthz.ts``), which answers the same path."""
+_SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class SubmitError(ConductorError):
@@ -60,6 +80,10 @@ class SubmitResult:
     run_url: str
     created_pipeline: bool
     package_sha256: str
+    server_version: str = ""
+    """The KFP backend's version as its healthz reported it; empty when it reported none."""
+    service_account: str = ""
+    """The service account the run was started with; empty = KFP's default."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -84,6 +108,7 @@ def submit(
     params: dict[str, Any] | None = None,
     namespace: str | None = None,
     existing_token: str | None = None,
+    service_account: str | None = None,
 ) -> SubmitResult:
     """Upload ``package_path`` to the KFP endpoint ``host`` and start a run of that version.
 
@@ -101,12 +126,16 @@ def submit(
         namespace: The Kubeflow profile namespace (multi-user installs); ``None`` otherwise.
         existing_token: A bearer token for the endpoint (sent as ``Authorization``; never
             printed or logged).
+        service_account: The Kubernetes service account the run's pods use (in the run's
+            namespace); ``None`` = KFP's default (``pipeline-runner`` standalone,
+            ``default-editor`` multi-user).
 
     Returns:
         The pipeline, version, experiment and run ids, and the run's URL in the KFP UI.
 
     Raises:
-        SubmitError: a step failed (one line: the step, the server's reason, the fix).
+        SubmitError: a step failed (one line: the step, the server's reason, the fix), or the
+            server is older than :data:`~conductor_core.cluster.versions.KFP_BACKEND`.
         MissingDependencyError: ``kfp`` is not installed (the ``pipelines`` extra).
     """
     path = Path(package_path)
@@ -116,10 +145,17 @@ def submit(
         )
     if not pipeline_name or not pipeline_name.strip():
         raise SubmitError("pipeline_name is empty; give the pipeline a name")
+    if service_account is not None and not (
+        len(service_account) <= 253 and _SERVICE_ACCOUNT.match(service_account)
+    ):
+        raise SubmitError(
+            f"service account {service_account!r} is not a valid Kubernetes name (lowercase "
+            "letters, digits, '-' and '.')"
+        )
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     host = _normalise_host(host)
     scrub = _Scrubber(existing_token)
-    _probe(host, existing_token, scrub)
+    server_version = _check_server_version(host, _probe(host, existing_token, scrub))
 
     kfp = require("kfp", "pipelines", "submitting pipelines to Kubeflow")
     with _quiet():
@@ -183,6 +219,7 @@ def submit(
         params=dict(params or {}),
         pipeline_id=pipeline_id,
         version_id=version.pipeline_version_id,
+        service_account=service_account or None,
     )
     ui = _normalise_host(os.environ.get("KF_PIPELINES_UI_ENDPOINT") or host)
     result = SubmitResult(
@@ -198,6 +235,8 @@ def submit(
         run_url=f"{ui}/#/runs/details/{run.run_id}",
         created_pipeline=created,
         package_sha256=digest,
+        server_version=server_version,
+        service_account=service_account or "",
     )
     log.info(
         "submitted %s version %s: run %s (%s)",
@@ -234,9 +273,10 @@ class _Scrubber:
         return text[:_MAX_DETAIL]
 
 
-def _probe(host: str, token: str | None, scrub: _Scrubber) -> None:
+def _probe(host: str, token: str | None, scrub: _Scrubber) -> dict[str, Any]:
     """GET the healthz endpoint once, with a timeout: a clear error now instead of kfp.Client's
-    retries (5 x 5 s) or an endless wait on a host that does not answer."""
+    retries (5 x 5 s) or an endless wait on a host that does not answer. Returns the answer's
+    JSON object (empty when it is not one)."""
     request = urllib.request.Request(host + HEALTHZ_PATH, headers={"Accept": "application/json"})
     if token:
         request.add_unredirected_header("Authorization", f"Bearer {token}")
@@ -252,7 +292,7 @@ def _probe(host: str, token: str | None, scrub: _Scrubber) -> None:
     opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=PROBE_TIMEOUT_S) as resp:
-            resp.read()
+            body = resp.read()
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise SubmitError(
@@ -270,6 +310,24 @@ def _probe(host: str, token: str | None, scrub: _Scrubber) -> None:
             f"cannot reach Kubeflow Pipelines at {host}: {scrub(str(reason))}; check --host and "
             "that the endpoint is reachable from here (port-forward, VPN)"
         ) from None
+    try:
+        health = json.loads(body)
+    except ValueError:
+        return {}
+    return health if isinstance(health, dict) else {}
+
+
+def _check_server_version(host: str, health: dict[str, Any]) -> str:
+    """The KFP backend's version from a healthz answer; raises :class:`SubmitError` when it is
+    older than :data:`KFP_BACKEND`, warns (and returns "") when it reports none."""
+    reported = next((str(health[key]) for key in VERSION_FIELDS if health.get(key)), "")
+    check = check_version(KFP_BACKEND, reported)
+    if check.too_old:
+        raise SubmitError(check.message(f"at {host}"))
+    if not check.known:
+        log.warning("%s", check.message(f"at {host}"))
+        return ""
+    return check.reported
 
 
 @contextlib.contextmanager

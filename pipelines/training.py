@@ -1,26 +1,72 @@
 """The training pipeline: curate -> validate -> base -> adaptive -> recursive -> evaluation shards
--> aggregate -> register."""
+-> aggregate -> register.
+
+Resources follow the profile and the launcher, chosen at run time with ``dsl.If``/``Elif``/
+``Else`` on the run's parameters (each branch a task the UI shows under its condition): a stage
+trains in a CPU pod on the base image for a CPU profile (``tiny``), in a GPU pod on the train
+image for a GPU profile (``paper``), or, with ``launcher=trainjob``, from a small CPU pod that
+launches and watches a TrainJob; ``dsl.OneOf`` hands the branch's model to the next stage.
+Evaluation and registration load the model: on CPU pods for a CPU profile, on GPU pods with the
+workspace volume for a GPU one. An exit handler closes the run's MLflow parent run with the
+pipeline's final state, whatever happened before it.
+"""
 
 from typing import Any
 
 from kfp import dsl
 
 from components.check_params import check_params
+from components.close_run import close_run
 from components.curate import curate
-from components.register import register
-from components.train import train
+from components.gate import gate as data_gate
+from components.register import register, register_gpu
+from components.train import train, train_gpu, train_launcher
 from components.validate import validate
-from pipelines.kubernetes import apply_pod_settings, side_effects
+from pipelines.kubernetes import (
+    apply_pod_settings,
+    apply_sandbox,
+    expose_pod_identity,
+    retried,
+    side_effects,
+)
 from pipelines.sharded import sharded_evaluation
 
 NAME = "conductor-training"
 DEFAULT_EVAL_PARALLELISM = 4
+CPU_PROFILE = "tiny"
+"""The profile whose model trains, is evaluated and is registered on CPU pods (its training
+config says ``device: cpu``); every other profile gets GPU pods."""
+TRAINJOB = "trainjob"
+"""The ``launcher`` value that trains in a Kubeflow Trainer TrainJob."""
+
+
+def train_stage(cluster: Any, stage: str, *, after: Any, **args: Any) -> Any:
+    """One training stage as three tasks of which the run's parameters pick one (each retried,
+    never cached, after task ``after``): ``launcher=trainjob``: ``train-launcher`` in a
+    ``cluster.launcher`` pod, with the compile-time cluster settings as JSON to build the
+    TrainJob from; else the CPU profile: ``train`` in a ``cluster.cpu_train`` pod (base image);
+    else ``train-gpu`` in a ``cluster.gpu`` pod (train image). ``args`` go to each task (they
+    include ``profile`` and ``launcher``). Returns the stage's model, ``dsl.OneOf`` of the three."""
+    profile, launcher = args["profile"], args["launcher"]
+    common = {"stage": stage, "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER, **args}
+    with dsl.If(launcher == TRAINJOB, name=f"train {stage} as a TrainJob"):
+        launched = train_launcher(cluster_settings=cluster.model_dump_json(), **common)
+        apply_pod_settings(expose_pod_identity(launched), cluster.launcher)
+    with dsl.Elif(profile == CPU_PROFILE, name=f"train {stage} on CPU"):
+        on_cpu = train(**common)
+        apply_sandbox(apply_pod_settings(on_cpu, cluster.cpu_train), cluster.cpu_train)
+    with dsl.Else(name=f"train {stage} on GPUs"):
+        on_gpu = train_gpu(**common)
+        apply_sandbox(apply_pod_settings(on_gpu, cluster.gpu), cluster.gpu)
+    for task in (launched, on_cpu, on_gpu):
+        side_effects(retried(task.set_display_name(f"train {stage}").after(after)))
+    return dsl.OneOf(launched.outputs["model"], on_cpu.outputs["model"], on_gpu.outputs["model"])
 
 
 def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM) -> Any:
-    """The training pipeline, with the cluster settings (GPU pods for training, CPU pods for the
-    rest; default: the bundled ones) and the evaluation's parallelism, which KFP fixes when the
-    pipeline is compiled."""
+    """The training pipeline, with the cluster settings (the pods of each kind of task, and the
+    TrainJob's, which reach the launcher task as JSON; default: the bundled ones) and the
+    evaluation's parallelism, both fixed when the pipeline is compiled."""
     from conductor_core.cluster.settings import load_cluster_settings
 
     cluster = settings or load_cluster_settings()
@@ -53,16 +99,19 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 paper's 7B recipe on GPUs).
             curation_config: Curation config: a YAML path in the image or a bundled name
                 (`pipeline`: the bundled synthetic problems the simulated pool knows).
-            pool: Worker pool YAML (path in the image), or `bundled` for the simulated pool.
+            pool: Worker pool YAML (path in the image), or `bundled` for the simulated pool
+                (the tiny profile only: a GPU profile refuses a simulated pool).
             base_steps: GRPO steps of the base stage; 0 keeps the profile's.
             adaptive_steps: Steps of the adaptive-pool fine-tune; 0 keeps the profile's.
             recursive_steps: Steps of the recursive fine-tune; 0 keeps the profile's.
             warmup_steps: Steps of the format warm-up before a stage that has one (the tiny
                 profile's base stage); 0 keeps the profile's.
-            launcher: Where training runs: `pod` (this task's GPU pod) or `trainjob` (a
-                Kubeflow Trainer TrainJob across nodes).
-            artifact_root: Where checkpoints, models and reports go: `s3://bucket/prefix` or a
-                folder; empty uses $CONDUCTOR_ARTIFACT_ROOT, else ./runs/pipelines.
+            launcher: Where training runs: `pod` (the task's own pod: CPU for the tiny
+                profile, GPU otherwise) or `trainjob` (a Kubeflow Trainer TrainJob across GPU
+                nodes, launched and watched from a small CPU pod).
+            artifact_root: Where checkpoints, models and reports go: `s3://bucket/prefix` (pods
+                share no disk) or a folder on a volume the cluster settings declare shared;
+                empty uses the cluster settings' artifact_root (the local run: ./runs/pipelines).
             tracking_uri: MLflow tracking URI; empty uses $MLFLOW_TRACKING_URI.
             eval_benchmark: Evaluation set: `held-out` (the bundled problems' test split), a
                 benchmark name, or a problem file.
@@ -77,78 +126,92 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 `cost_per_question` or `calls_per_question` (lower wins for the last two).
         """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        checked = check_params(
-            profile=profile,
-            launcher=launcher,
-            register_metric=register_metric,
-            baselines=baselines,
-            pool=pool,
-            curation_config=curation_config,
-            eval_shards=eval_shards,
-            eval_parallelism=eval_parallelism,
-            base_steps=base_steps,
-            adaptive_steps=adaptive_steps,
-            recursive_steps=recursive_steps,
-            warmup_steps=warmup_steps,
-        ).set_display_name("check parameters")
         tracked = {"run_id": run_id, "pipeline": NAME, "tracking_uri": tracking_uri}
-        data = curate(curation_config=curation_config, **tracked).after(checked)
-        gate = validate(dataset=data.outputs["dataset"], **tracked).set_display_name(
-            "validate data"
-        )
-        for cpu_task in (checked, data, gate):
-            apply_pod_settings(cpu_task, cluster.cpu)
-
-        model = None
-        for stage, steps in (
-            ("base", base_steps),
-            ("adaptive", adaptive_steps),
-            ("recursive", recursive_steps),
-        ):
-            inputs = {"init": model.outputs["model"]} if model is not None else {}
-            task = train(
-                stage=stage,
+        # Runs last, whatever happened inside the handler: ends the MLflow parent run with
+        # the pipeline's final state.
+        closing = close_run(**tracked).set_display_name("close MLflow run")
+        apply_pod_settings(side_effects(closing), cluster.cpu)
+        with dsl.ExitHandler(closing, name="training run"):
+            checked = check_params(
                 profile=profile,
-                dataset=data.outputs["dataset"],
-                pool=pool,
-                steps=steps,
-                warmup_steps=warmup_steps,
                 launcher=launcher,
+                register_metric=register_metric,
+                baselines=baselines,
+                pool=pool,
+                curation_config=curation_config,
+                eval_shards=eval_shards,
+                eval_parallelism=eval_parallelism,
+                base_steps=base_steps,
+                adaptive_steps=adaptive_steps,
+                recursive_steps=recursive_steps,
+                warmup_steps=warmup_steps,
                 artifact_root=artifact_root,
-                task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-                **tracked,
-                **inputs,
-            ).set_display_name(f"train {stage}")
-            task.after(gate)
-            apply_pod_settings(side_effects(task), cluster.gpu)
-            model = task
+                default_artifact_root=cluster.artifact_root or "",
+                shared_paths=list(cluster.shared_paths),
+                s3_secret=cluster.s3_secret() or "",
+            ).set_display_name("check parameters")
+            data = curate(curation_config=curation_config, **tracked).after(checked)
+            validated = validate(dataset=data.outputs["dataset"], **tracked).set_display_name(
+                "validate data"
+            )
+            gate = data_gate(
+                passed=validated.outputs["passed"], reason=validated.outputs["reason"]
+            ).set_display_name("data gate")
+            for cpu_task in (checked, data, validated, gate):
+                apply_pod_settings(cpu_task, cluster.cpu)
 
-        report = sharded_evaluation(
-            eval_shards,
-            eval_parallelism,
-            cluster.cpu,
-            {
-                "title": "Trained Conductor vs baselines (held-out)",
-                "params": {"profile": profile, "pool": pool, "benchmark": eval_benchmark},
+            train_args = {
+                "profile": profile,
+                "dataset": data.outputs["dataset"],
+                "pool": pool,
+                "warmup_steps": warmup_steps,
+                "launcher": launcher,
+                "artifact_root": artifact_root,
                 **tracked,
-            },
-            after=checked,
-            benchmark=eval_benchmark,
-            split=eval_split,
-            model=model.outputs["model"],
-            baselines=baselines,
-            pool=pool,
-            limit=eval_limit,
-        )
-        registered = register(
-            model=model.outputs["model"],
-            comparison=report.outputs["comparison"],
-            model_name=model_name,
-            alias=alias,
-            metric=register_metric,
-            **tracked,
-        ).set_display_name("register")
-        apply_pod_settings(side_effects(registered), cluster.cpu)
+            }
+            model = None
+            for stage, steps in (
+                ("base", base_steps),
+                ("adaptive", adaptive_steps),
+                ("recursive", recursive_steps),
+            ):
+                init = {"init": model} if model is not None else {}
+                model = train_stage(cluster, stage, after=gate, steps=steps, **train_args, **init)
+
+            evaluate = {
+                "count": eval_shards,
+                "parallelism": eval_parallelism,
+                "aggregate_args": {
+                    "title": "Trained Conductor vs baselines (held-out)",
+                    "params": {"profile": profile, "pool": pool, "benchmark": eval_benchmark},
+                    **tracked,
+                },
+                "after": checked,
+                "benchmark": eval_benchmark,
+                "split": eval_split,
+                "model": model,
+                "baselines": baselines,
+                "pool": pool,
+                "limit": eval_limit,
+            }
+            registration = {
+                "model": model,
+                "model_name": model_name,
+                "alias": alias,
+                "metric": register_metric,
+                **tracked,
+            }
+            with dsl.If(profile == CPU_PROFILE, name="evaluate and register on CPU"):
+                report = sharded_evaluation(pod=cluster.cpu, **evaluate)
+                registered = register(comparison=report.outputs["comparison"], **registration)
+                apply_pod_settings(
+                    side_effects(registered.set_display_name("register")), cluster.cpu
+                )
+            with dsl.Else(name="evaluate and register on GPUs"):
+                report = sharded_evaluation(pod=cluster.cpu, gpu_pod=cluster.gpu_eval, **evaluate)
+                registered = register_gpu(comparison=report.outputs["comparison"], **registration)
+                registered.set_display_name("register")
+                apply_pod_settings(side_effects(registered), cluster.gpu_eval)
 
     return training
 

@@ -10,7 +10,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: installing bubblewrap (code sandbox isolation)"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
   else
-    echo "setup: warning: bubblewrap (bwrap) is not installed; the code sandbox falls back to weaker isolation" >&2
+    echo "setup: warning: bubblewrap (bwrap) is not installed; without namespaces (unshare(1) may still give some) the code sandbox refuses generated code unless CONDUCTOR_SANDBOX_FALLBACK=limits-only (docs/sandbox.md)" >&2
   fi
 fi
 

@@ -20,14 +20,15 @@ def aggregate(
     params: dict = {},  # noqa: B006 (KFP reads the default from the signature; never mutated)
 ) -> bool:
     """Aggregate every shard's records: accuracy with standard errors, cost and calls per
-    question for each method, the accuracy-versus-cost plot (HTML report), and the trained
-    Conductor against the best single worker and MoA (Markdown, metrics). With a run id, one
-    MLflow run per method under the pipeline's run (`params` on each). Returns whether the
-    Conductor is ahead of the best single worker."""
+    question for each method, the plots (accuracy versus cost, per benchmark, worker usage) in
+    the HTML report, and the trained Conductor against the best single worker and MoA
+    (Markdown with the plots inline, metrics). With a run id, one MLflow run per method under
+    the pipeline's run (`params` on each). Returns whether the Conductor is ahead of the best
+    single worker."""
     import shutil
     from pathlib import Path
 
-    from conductor_core.pipeline.eval_steps import aggregate_step, comparison_markdown
+    from conductor_core.pipeline.eval_steps import aggregate_step, summary_markdown
 
     out = Path(comparison.path)
     result = aggregate_step(
@@ -44,6 +45,5 @@ def aggregate(
         for key in ("accuracy", "cost_per_question", "calls_per_question"):
             metrics.log_metric(f"{row['method']}/{key}", round(row[key], 6))
     shutil.copyfile(result["paths"]["html"], report.path)
-    md = Path(result["paths"]["markdown"]).read_text(encoding="utf-8")
-    Path(summary.path).write_text(comparison_markdown(table) + "\n" + md, encoding="utf-8")
+    Path(summary.path).write_text(summary_markdown(result), encoding="utf-8")
     return bool(table["conductor_ahead"])

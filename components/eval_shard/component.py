@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Model, Output
 
-from components._settings import COMPONENT_OPTIONS
+from components._settings import COMPONENT_OPTIONS, TRAIN_IMAGE, variant
 
 
 @dsl.component(**COMPONENT_OPTIONS)
@@ -40,3 +40,7 @@ def eval_shard(
         limit=limit or None,
     )
     return int(result["records"])
+
+
+eval_shard_gpu = variant(eval_shard, TRAIN_IMAGE, "eval-shard-gpu")
+"""``eval_shard`` on the CUDA train image: shards evaluating a GPU profile's model (paper)."""

@@ -1,5 +1,5 @@
-"""The `register` component."""
+"""The `register` component and its GPU variant (`register-gpu`)."""
 
-from components.register.component import register
+from components.register.component import register, register_gpu
 
-__all__ = ["register"]
+__all__ = ["register", "register_gpu"]

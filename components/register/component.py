@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Model, Output
 
-from components._settings import COMPONENT_OPTIONS
+from components._settings import COMPONENT_OPTIONS, TRAIN_IMAGE, variant
 
 
 @dsl.component(**COMPONENT_OPTIONS)
@@ -40,3 +40,7 @@ def register(
         {"version": decision["version"], "promoted": decision["promoted"], "alias": alias}
     )
     return decision["reason"]
+
+
+register_gpu = variant(register, TRAIN_IMAGE, "register-gpu")
+"""``register`` on the CUDA train image: registering a GPU profile's model (it loads it)."""

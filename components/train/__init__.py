@@ -1,5 +1,5 @@
-"""The `train` component."""
+"""The `train` component and its variants (`train-gpu`, `train-launcher`)."""
 
-from components.train.component import train
+from components.train.component import train, train_gpu, train_launcher
 
-__all__ = ["train"]
+__all__ = ["train", "train_gpu", "train_launcher"]

@@ -1,12 +1,15 @@
-"""One GRPO training stage (base, adaptive pool, recursive)."""
+"""One GRPO training stage (base, adaptive pool, recursive), as three components of one function:
+``train`` (CPU profiles, base image), ``train-gpu`` (GPU profiles, CUDA train image) and
+``train-launcher`` (``launcher=trainjob``: creates and watches a TrainJob from a small CPU pod on
+the base image). The pipeline picks one per stage with ``dsl.If``/``Elif``/``Else``."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Model, Output
 
-from components._settings import TRAIN_IMAGE
+from components._settings import BASE_IMAGE, COMPONENT_OPTIONS, TRAIN_IMAGE, variant
 
 
-@dsl.component(base_image=TRAIN_IMAGE, install_kfp_package=False)
+@dsl.component(**COMPONENT_OPTIONS)
 def train(
     stage: str,
     profile: str,
@@ -22,13 +25,15 @@ def train(
     tracking_uri: str = "",
     task_id: str = "",
     pipeline: str = "conductor-training",
+    cluster_settings: str = "",
 ) -> str:
     """Train one GRPO stage of the Conductor (`base`, `adaptive` or `recursive`) from `init`
     (the previous stage's model; none for base) on the dataset's train split. Checkpoints and
     the final weights go to `<artifact_root>/<run_id>/<stage>` (a local folder or S3), so a
     retried task resumes from its last checkpoint. `launcher`: `pod` trains in this task's pod;
-    `trainjob` runs a Kubeflow Trainer TrainJob across nodes and waits for it. The output Model
-    is a manifest: where the weights are, the MLflow run, the prompt style."""
+    `trainjob` runs a Kubeflow Trainer TrainJob across nodes and waits for it, built from
+    `cluster_settings` (the cluster settings the pipeline was compiled with, as JSON). The output
+    Model is a manifest: where the weights are, the MLflow run, the prompt style."""
     from conductor_core.pipeline.train_steps import train_step
 
     manifest = train_step(
@@ -46,8 +51,15 @@ def train(
         pipeline=pipeline,
         root=artifact_root,
         tracking_uri=tracking_uri or None,
+        cluster_settings=cluster_settings or None,
     )
     model.metadata.update(
         {"stage": stage, "weights": manifest.weights_uri, "steps": manifest.steps}
     )
     return manifest.weights_uri
+
+
+train_gpu = variant(train, TRAIN_IMAGE, "train-gpu")
+"""``train`` on the CUDA train image: training tasks of GPU profiles (``paper``)."""
+train_launcher = variant(train, BASE_IMAGE, "train-launcher")
+"""``train`` on the base image, for ``launcher=trainjob``: the task only launches and watches."""

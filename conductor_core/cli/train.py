@@ -1,4 +1,8 @@
-"""``conductor train``: run one GRPO stage (base, adaptive or recursive) from a YAML config."""
+"""``conductor train``: run one GRPO stage (base, adaptive or recursive) from a YAML config.
+
+Under ``torchrun --nproc-per-node N`` every process trains; rank 0 prints the header and the
+summary, logs to MLflow and writes checkpoints and the model (``conductor_core.train.ranks``).
+"""
 
 from __future__ import annotations
 
@@ -66,16 +70,22 @@ def command(
         return
     from rich.console import Console
 
+    from conductor_core.train import ranks
+
     console = Console(stderr=True)
-    console.print(
-        f"[bold]conductor train[/bold] stage={config.stage} profile={config.profile or '-'} "
-        f"steps={config.steps} batch={config.questions_per_step}x{config.plans_per_question} "
-        f"-> {config.output_path()}"
-    )
+    launch = ranks.current()
+    if launch.is_main:
+        processes = f" processes={launch.world_size}" if launch.distributed else ""
+        console.print(
+            f"[bold]conductor train[/bold] stage={config.stage} profile={config.profile or '-'} "
+            f"steps={config.steps} batch={config.questions_per_step}x{config.plans_per_question}"
+            f"{processes} -> {config.output_path()}"
+        )
     from conductor_core.train.grpo import run_stage
 
     result = run_stage(config, progress=not no_progress, log=lambda m: console.print(m))
-    print_summary(result.summary, result.run_id, console)
+    if launch.is_main:  # under torchrun, rank 0 tracks the run and writes the model
+        print_summary(result.summary, result.run_id, console)
 
 
 def print_summary(summary: dict[str, Any], run_id: str | None, console: Any) -> None:

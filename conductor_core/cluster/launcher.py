@@ -4,7 +4,12 @@
 enough. On the official ``kubernetes`` client (imported lazily) it:
 
 1. creates the ConfigMap with the stage config, then the TrainJob (HTTP 409: the job of this
-   task already exists, e.g. a retried task: it attaches to it instead of failing);
+   task already exists, e.g. a retried task: it attaches to it instead of failing). The TrainJob
+   is created with strict field validation, so a Kubeflow Trainer older than
+   :data:`~conductor_core.cluster.versions.TRAINER` rejects it naming the fields it lacks
+   (instead of silently dropping ``runtimePatches``). In a pipeline pod (``POD_NAME``/``POD_UID``
+   set from the downward API) both objects are owned by that pod, so they are garbage-collected
+   with it; a retried task's new pod is added as a second owner when it attaches;
 2. watches the TrainJob in short windows (``watch_timeout_s``), re-reading it at the end of each
    window and after a dropped connection or an expired watch (HTTP 410), and decides from the
    Trainer's ``Complete``/``Failed`` conditions;
@@ -20,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
+import json
 import math
 import signal
 import threading
@@ -40,12 +46,15 @@ from conductor_core.cluster.trainjob import (
     TRAINJOB_KIND,
     TRAINJOB_PLURAL,
     JobState,
+    OwnerPod,
     TrainJobManifests,
     TrainJobRequest,
     build_manifests,
     job_state,
+    owner_pod_from_env,
     rank0_pod_selector,
 )
+from conductor_core.cluster.versions import TRAINER
 from conductor_core.errors import ConductorError
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -142,6 +151,29 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     status = _status(exc)
     return status in _TRANSIENT_STATUS
+
+
+def _api_body_message(exc: BaseException) -> str:
+    """The ``message`` of a Kubernetes ``Status`` in an ``ApiException``'s body (or "")."""
+    body = getattr(exc, "body", None) or ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def _unknown_fields_error(exc: BaseException) -> str | None:
+    """The server's message when it refused a TrainJob for fields its schema does not have
+    (HTTP 400 under strict field validation), else None."""
+    if _status(exc) != 400:
+        return None
+    message = _api_body_message(exc)
+    if "unknown field" not in message and "field not declared in schema" not in message:
+        return None
+    return " ".join(message.split())[:500]
 
 
 def _api_message(exc: BaseException) -> str:
@@ -332,9 +364,12 @@ class _Launch:
         log: Callable[[str], None],
         clock: Callable[[], float],
         cancel: threading.Event | None = None,
+        owner: OwnerPod | None = None,
     ) -> None:
         from kubernetes import client
 
+        self.owner = owner
+        """The launching pod, owner of the TrainJob and ConfigMap (None: no owner)."""
         self.cancel = cancel or threading.Event()
         """Set when a signal cancelled the launch (:class:`_CancelOnSignal`)."""
         self.m = manifests
@@ -398,10 +433,18 @@ class _Launch:
                     self.m.namespace,
                     TRAINJOB_PLURAL,
                     self.m.trainjob,
+                    field_validation="Strict",
                 ),
             )
             attached = False
         except Exception as exc:
+            unknown = _unknown_fields_error(exc)
+            if unknown is not None:
+                raise ClusterError(
+                    f"creating TrainJob {self.m.name}: the cluster's TrainJob API does not know "
+                    f"fields of it ({unknown}); {TRAINER.service} {TRAINER.minimum_text} or "
+                    f"newer is needed because {TRAINER.reason}"
+                ) from exc
             if _status(exc) != 409:
                 raise ClusterError(
                     f"creating TrainJob {self.m.name} in {self.m.namespace}: {_api_message(exc)}"
@@ -410,6 +453,7 @@ class _Launch:
             self._check_same_task(created)
             attached = True
             self.log(f"[launcher] TrainJob {self.m.name} already exists: attaching to it")
+            self._add_owner(created)
         self.owns_job = self.owns_configmap = True
         if configmap_existed and not attached:  # left by an earlier try that made no job
             try:
@@ -436,6 +480,34 @@ class _Launch:
                     f"another task ({key}={theirs.get(key)!r}, expected {mine.get(key)!r}); "
                     "delete it or use another run"
                 )
+
+    def _add_owner(self, trainjob: dict[str, Any]) -> None:
+        """Add this task's pod to the owners of a TrainJob an earlier try of the task created
+        (a retried task runs in a new pod): the job then lives until every owner is gone,
+        rather than being collected with the first pod while this one waits for it."""
+        if self.owner is None:
+            return
+        owners = list((trainjob.get("metadata") or {}).get("ownerReferences") or [])
+        if any(ref.get("uid") == self.owner.uid for ref in owners):
+            return
+        owners.append(self.owner.reference())
+        try:
+            self._retry(
+                f"adding pod {self.owner.name} to the owners of TrainJob {self.m.name}",
+                lambda: self.custom.patch_namespaced_custom_object(
+                    TRAINER_GROUP,
+                    TRAINER_VERSION,
+                    self.m.namespace,
+                    TRAINJOB_PLURAL,
+                    self.m.name,
+                    {"metadata": {"ownerReferences": owners}},
+                ),
+            )
+        except Exception as exc:  # the job still runs; it may only go away with the old pod
+            self.log(
+                f"[launcher] could not add pod {self.owner.name} to the owners of TrainJob "
+                f"{self.m.name}: {_api_message(exc)}"
+            )
 
     def _own_configmap(self, trainjob: dict[str, Any]) -> None:
         """Make the TrainJob the ConfigMap's owner, so that deleting the job also removes it."""
@@ -579,7 +651,10 @@ def launch_and_wait(
 
     ``api_client`` is a ``kubernetes.client.ApiClient`` (default: :func:`load_api_client`);
     ``namespace`` overrides ``settings.namespace`` (default: the pod's own namespace). Lines of
-    the rank-0 pod's log and the launcher's own notes go to ``log``.
+    the rank-0 pod's log and the launcher's own notes go to ``log``. When the environment names
+    the launching pod (``POD_NAME``, ``POD_UID``, optionally ``POD_NAMESPACE``: the downward-API
+    variables ``pipelines.kubernetes.expose_pod_identity`` puts on the task) and the job goes to
+    that pod's namespace, the TrainJob and its ConfigMap are owned by the pod.
 
     Returns a :class:`LaunchResult` when the TrainJob reaches ``Complete``. Raises
     :class:`TrainJobFailedError`, :class:`TrainJobDeadlineError`,
@@ -588,11 +663,13 @@ def launch_and_wait(
     """
     if api_client is None:
         api_client = load_api_client()
-    manifests = build_manifests(request, settings, resolve_namespace(settings, namespace))
+    namespace = resolve_namespace(settings, namespace)
+    owner = _owner_in(namespace, log)
+    manifests = build_manifests(request, settings, namespace, owner)
     job = settings.trainjob
     follower: _Rank0LogFollower | None = None
     with _CancelOnSignal() as cancel:
-        launch = _Launch(manifests, settings, api_client, log, clock, cancel.requested)
+        launch = _Launch(manifests, settings, api_client, log, clock, cancel.requested, owner)
         try:
             attached = launch.create()
             log(
@@ -631,6 +708,27 @@ def launch_and_wait(
         duration_s=duration,
         attached=attached,
     )
+
+
+def _owner_in(namespace: str, log: Callable[[str], None]) -> OwnerPod | None:
+    """The launching pod (:func:`owner_pod_from_env`) as the owner of objects in ``namespace``;
+    None outside a pipeline pod, or when the pod is in another namespace (an owner must be in the
+    same namespace; the objects are then left without one, which is logged)."""
+    owner = owner_pod_from_env()
+    if owner is None:
+        return None
+    pod_namespace = owner.namespace
+    if pod_namespace is None:
+        with contextlib.suppress(OSError):
+            pod_namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or None
+    if pod_namespace != namespace:
+        log(
+            f"[launcher] the TrainJob goes to namespace {namespace}, this pod is in "
+            f"{pod_namespace or 'an unknown namespace'}: it will not be owned by the pod (an "
+            "owner must be in the same namespace), so it is not garbage-collected with the run"
+        )
+        return None
+    return OwnerPod(owner.name, owner.uid, pod_namespace)
 
 
 def _cleanup(launch: _Launch, follower: _Rank0LogFollower | None, delete: bool) -> None:

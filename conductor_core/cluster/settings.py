@@ -45,6 +45,13 @@ _SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|PRIVATE_KE
 
 _STRICT = ConfigDict(extra="forbid")
 
+ARTIFACT_ROOT_ENV = "CONDUCTOR_ARTIFACT_ROOT"
+"""Environment variable of a task's default artifact root (``ClusterSettings.artifact_root``)."""
+S3_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
+"""The variables ``ClusterSettings.s3_endpoint`` fills: boto3's and MLflow's artifact store's."""
+S3_CREDENTIAL_ENVS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+"""The S3 credentials a task reads from its environment (filled from a Secret)."""
+
 
 def _check_quantity(value: str | None, what: str) -> str | None:
     if value is None:
@@ -90,6 +97,13 @@ def _check_label_key(key: str) -> str:
             "alphanumerics, '-', '_' or '.')"
         )
     return key
+
+
+def _release_image(kind: str) -> str:
+    """This release's pinned image of ``kind`` (:mod:`conductor_core.cluster.images`)."""
+    from conductor_core.cluster.images import image
+
+    return image(kind)  # type: ignore[arg-type]
 
 
 def _check_dns_label(value: str, what: str) -> str:
@@ -247,6 +261,148 @@ class WorkspaceSettings(BaseModel):
         return {"name": name, "emptyDir": empty}
 
 
+SANDBOX_FALLBACK_ENV = "CONDUCTOR_SANDBOX_FALLBACK"
+"""The code sandbox's setting for hosts without namespaces (``refuse`` or ``limits-only``;
+:mod:`conductor_core.tasks.sandbox.local`), set on a pod from ``sandbox.isolation``."""
+SANDBOX_LABEL = "conductor.dev/sandbox"
+"""Pod label carrying ``sandbox.isolation``: what an admission policy keys on to give the pods
+that grade generated code the security settings of ``sandbox`` (docs/sandbox.md)."""
+
+
+class SecurityProfile(BaseModel):
+    """A seccomp or AppArmor profile of a pod (Kubernetes ``SeccompProfile`` /
+    ``AppArmorProfile``)."""
+
+    model_config = _STRICT
+
+    type: Literal["RuntimeDefault", "Unconfined", "Localhost"] = Field(
+        description="RuntimeDefault: the container runtime's profile (blocks the namespaces the "
+        "code sandbox needs); Unconfined: none; Localhost: a profile file on the node."
+    )
+    localhost_profile: str | None = Field(
+        default=None,
+        description="With type Localhost: the profile's path relative to the kubelet's seccomp "
+        "folder (seccomp, e.g. profiles/conductor-sandbox.json) or the loaded AppArmor profile's "
+        "name.",
+    )
+
+    @model_validator(mode="after")
+    def _localhost(self) -> SecurityProfile:
+        if (self.type == "Localhost") != bool(self.localhost_profile):
+            raise ValueError("localhost_profile is required with type Localhost, and only then")
+        return self
+
+    def as_k8s(self) -> dict[str, str]:
+        """The profile as Kubernetes writes it (``type``, ``localhostProfile``)."""
+        out = {"type": self.type}
+        if self.localhost_profile:
+            out["localhostProfile"] = self.localhost_profile
+        return out
+
+
+class SandboxSettings(BaseModel):
+    """How generated code (the code graders of training and evaluation) is isolated in a pod.
+
+    The code sandbox runs each program in fresh namespaces (bubblewrap). Under Kubernetes'
+    ``RuntimeDefault`` seccomp profile, which Kubeflow Pipelines gives every task pod, and with
+    /proc masked (the default ``procMount``) it cannot create them. These settings say what the
+    pod gets so that it can (a sandboxed runtime class such as gVisor, or seccomp/AppArmor/
+    procMount), and what graders do if it still cannot: ``isolation``. kfp-kubernetes 2.17 cannot
+    set any of the pod fields on a task: they are rendered as a pod label and an annotation for
+    an admission policy to apply, and directly into TrainJob runtime patches where the Trainer
+    API allows them (docs/sandbox.md, "Generated code in containers and pods").
+    """
+
+    model_config = _STRICT
+
+    isolation: Literal["namespaces", "limits-only"] = Field(
+        default="namespaces",
+        description="namespaces: graders refuse to run generated code unless the sandbox gets "
+        "its namespaces (CONDUCTOR_SANDBOX_FALLBACK=refuse). limits-only: accept resource "
+        "limits only where it does not (no network or filesystem isolation; "
+        "CONDUCTOR_SANDBOX_FALLBACK=limits-only): for trusted code, or a pod that is itself a "
+        "sandbox (gVisor).",
+    )
+    runtime_class_name: str | None = Field(
+        default=None,
+        description="RuntimeClass of the pod, e.g. gvisor (runsc) or kata; empty = the node's "
+        "default runtime. Set by an admission policy on task pods, by the TrainingRuntime on "
+        "TrainJob pods (neither API lets a task or a TrainJob set it).",
+    )
+    seccomp_profile: SecurityProfile | None = Field(
+        default=None,
+        description="Pod seccomp profile: Unconfined, or Localhost with a profile that adds to "
+        "the runtime's default clone/clone3/unshare with namespace flags, mount, umount2, "
+        "pivot_root and sethostname; empty = leave the pod's (KFP: RuntimeDefault).",
+    )
+    apparmor_profile: SecurityProfile | None = Field(
+        default=None,
+        description="Pod AppArmor profile (nodes with AppArmor, e.g. Ubuntu: the runtime's "
+        "default profile denies mount): Unconfined or Localhost; empty = leave the pod's.",
+    )
+    proc_mount: Literal["Default", "Unmasked"] | None = Field(
+        default=None,
+        description="procMount of the container: Unmasked lets the sandbox mount a fresh /proc "
+        "in its PID namespace (the kernel refuses that inside a user namespace while parts of "
+        "/proc are masked); Kubernetes needs host_users: false for it.",
+    )
+    host_users: bool | None = Field(
+        default=None,
+        description="hostUsers of the pod: false runs it in its own user namespace (Kubernetes "
+        "1.33+ with a runtime that supports it; needed for proc_mount: Unmasked); empty = leave "
+        "the pod's.",
+    )
+
+    @field_validator("runtime_class_name")
+    @classmethod
+    def _runtime_class(cls, value: str | None) -> str | None:
+        if value is not None and not (len(value) <= 253 and _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f"'{value}' is not a valid RuntimeClass name")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SandboxSettings:
+        if self.proc_mount == "Unmasked" and self.host_users is not False:
+            raise ValueError(
+                "proc_mount: Unmasked needs host_users: false (Kubernetes only unmasks /proc "
+                "of a pod in its own user namespace)"
+            )
+        return self
+
+    def task_env(self) -> dict[str, str]:
+        """The sandbox's variable for every task and TrainJob node of this kind of pod."""
+        fallback = "limits-only" if self.isolation == "limits-only" else "refuse"
+        return {SANDBOX_FALLBACK_ENV: fallback}
+
+    def pod_security_context(self) -> dict[str, Any]:
+        """The pod ``securityContext`` fields these settings ask for (empty: none)."""
+        out: dict[str, Any] = {}
+        if self.seccomp_profile is not None:
+            out["seccompProfile"] = self.seccomp_profile.as_k8s()
+        if self.apparmor_profile is not None:
+            out["appArmorProfile"] = self.apparmor_profile.as_k8s()
+        return out
+
+    def container_security_context(self) -> dict[str, Any]:
+        """The container ``securityContext`` fields these settings ask for (empty: none)."""
+        return {"procMount": self.proc_mount} if self.proc_mount else {}
+
+    def pod_spec(self) -> dict[str, Any]:
+        """Every pod field these settings ask for, as a pod ``spec`` fragment (the container
+        as ``containers[0]``, without a name): what an admission policy applies to task pods.
+        Empty when the pod is left as it is."""
+        out: dict[str, Any] = {}
+        if self.runtime_class_name:
+            out["runtimeClassName"] = self.runtime_class_name
+        if self.host_users is not None:
+            out["hostUsers"] = self.host_users
+        if self.pod_security_context():
+            out["securityContext"] = self.pod_security_context()
+        if self.container_security_context():
+            out["containers"] = [{"securityContext": self.container_security_context()}]
+        return out
+
+
 class PodSettings(BaseModel):
     """Resources, placement, volumes and environment of one kind of pod (GPU or CPU tasks)."""
 
@@ -297,6 +453,12 @@ class PodSettings(BaseModel):
         default_factory=dict,
         description="Plain, non-secret environment variables (MLFLOW_TRACKING_URI, "
         "MLFLOW_S3_ENDPOINT_URL, ...). Credentials go in secret_env.",
+    )
+    sandbox: SandboxSettings = Field(
+        default_factory=SandboxSettings,
+        description="Isolation of generated code run by graders in these pods (training "
+        "rewards, evaluation): what the pod gets so that the code sandbox keeps its namespaces, "
+        "and whether graders may fall back to resource limits only.",
     )
 
     @field_validator("accelerator_resource", "accelerator_label")
@@ -350,6 +512,17 @@ class PodSettings(BaseModel):
                 raise ValueError(f"{kind}_request ({request}) is above {kind}_limit ({limit})")
         if self.accelerator_type and not self.accelerator_count:
             raise ValueError("accelerator_type is set but accelerator_count is 0")
+        return self
+
+    @model_validator(mode="after")
+    def _sandbox_env(self) -> PodSettings:
+        if SANDBOX_FALLBACK_ENV in self.env or SANDBOX_FALLBACK_ENV in {
+            item.env for item in self.secret_env
+        }:
+            raise ValueError(
+                f"env sets {SANDBOX_FALLBACK_ENV}; set sandbox.isolation instead (namespaces or "
+                "limits-only)"
+            )
         return self
 
     def resource_requests(self) -> dict[str, str]:
@@ -417,9 +590,11 @@ class TrainJobSettings(BaseModel):
         description="Kind of the runtime: cluster-wide, or namespaced in the job's namespace.",
     )
     image: str = Field(
-        default="ghcr.io/conductor-platform/conductor-train:latest",
-        description="Trainer image (CUDA + torch + TRL + conductor_core); the pipeline usually "
-        "passes its own image instead.",
+        default_factory=lambda: _release_image("train"),
+        description="Trainer image (CUDA + torch + TRL + conductor_core). Default: this "
+        "release's pinned train image (conductor_core.cluster.images: "
+        "<registry>/conductor-train:<version>), the one the pipeline's GPU tasks run; a value "
+        "must name a tag other than 'latest' or a digest.",
     )
     launcher: Literal["torchrun", "none"] = Field(
         default="torchrun",
@@ -483,6 +658,19 @@ class TrainJobSettings(BaseModel):
             raise ValueError(f"'{value}' is not a valid runtime name")
         return value
 
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        name, _, digest = value.partition("@")
+        last = name.rsplit("/", 1)[-1]
+        tag = last.partition(":")[2]
+        if not digest and tag in ("", "latest"):
+            raise ValueError(
+                f"'{value}' is not pinned: name a version tag or a digest (the default is this "
+                f"release's {_release_image('train')})"
+            )
+        return value
+
     @field_validator("config_mount_path")
     @classmethod
     def _mount(cls, value: str) -> str:
@@ -499,7 +687,8 @@ class TrainJobSettings(BaseModel):
 
 
 class ClusterSettings(BaseModel):
-    """Where the pipeline's tasks run: GPU pods for training, CPU pods for the rest, TrainJobs."""
+    """Where the pipeline's tasks run: one :class:`PodSettings` per kind of pod (:data:`POD_KINDS`:
+    GPU and CPU training, the TrainJob launcher, GPU evaluation, every other task), TrainJobs."""
 
     model_config = _STRICT
 
@@ -509,21 +698,64 @@ class ClusterSettings(BaseModel):
         "(in a cluster), else 'default'.",
     )
     service_account: str = Field(
-        default="conductor-pipeline",
-        description="Service account the pipeline's tasks run as; the conductor-training-rbac "
-        "chart grants it the TrainJob permissions.",
+        default="pipeline-runner",
+        description="Service account the pipeline's tasks run as. Kubeflow Pipelines picks it "
+        "per run, not per task: the run's service account (conductor pipeline submit "
+        "--service-account, or the UI run form's Service Account field), else KFP's default, "
+        "pipeline-runner in standalone KFP and default-editor in a multi-user profile. The "
+        "conductor-training-rbac chart grants it the TrainJob permissions.",
     )
     gpu: PodSettings = Field(
         default_factory=lambda: PodSettings(accelerator_count=1),
-        description="Pods of training tasks (and of each TrainJob node).",
+        description="Pods of training tasks of a GPU profile (paper) and of each TrainJob node.",
     )
     cpu: PodSettings = Field(
         default_factory=PodSettings,
-        description="Pods of every other task (curation, evaluation, registration).",
+        description="Pods of every task that loads no GPU profile's model (curation, parameter "
+        "check, evaluation and registration of a CPU profile's model, closing the MLflow run).",
+    )
+    cpu_train: PodSettings = Field(
+        default_factory=PodSettings,
+        description="Pods of training tasks of a CPU profile (tiny): no accelerator. Given as "
+        "the differences from cpu (merged over it).",
+    )
+    launcher: PodSettings = Field(
+        default_factory=PodSettings,
+        description="Pods of training tasks with launcher=trainjob, which only create and watch "
+        "the TrainJob (the GPUs are the TrainJob's nodes'): small, no accelerator. Given as the "
+        "differences from cpu (merged over it).",
+    )
+    gpu_eval: PodSettings = Field(
+        default_factory=PodSettings,
+        description="Pods of evaluation shards and registration of a GPU profile's model (they "
+        "load it, e.g. a 7B model), with the workspace its weights are downloaded to. Given as "
+        "the differences from gpu (merged over it).",
     )
     trainjob: TrainJobSettings = Field(
         default_factory=TrainJobSettings,
         description="Multi-node training through a Kubeflow Trainer TrainJob.",
+    )
+    artifact_root: str | None = Field(
+        default=None,
+        description="Default artifact root of a pipeline run (checkpoints, models, reports), used "
+        "when the run's artifact_root parameter is empty: s3://bucket/prefix, or a folder under "
+        "one of shared_paths; set as CONDUCTOR_ARTIFACT_ROOT on every task. Empty = a run must "
+        "give one: a pod's own disk is never shared with the other tasks.",
+    )
+    shared_paths: list[str] = Field(
+        default_factory=list,
+        description="Absolute folders every task sees with the same content (the mount path of a "
+        "ReadWriteMany volume mounted on every pod, e.g. /workspace with gpu.workspace and "
+        "cpu.workspace on the same claim): an artifact root under one of them is accepted "
+        "besides s3://. '/' = every folder (all tasks on one machine: the local run). "
+        "Empty = only s3://.",
+    )
+    s3_endpoint: str | None = Field(
+        default=None,
+        description="URL of an S3-compatible endpoint (MinIO, Ceph, ...), set as "
+        "AWS_ENDPOINT_URL (boto3) and MLFLOW_S3_ENDPOINT_URL (MLflow's artifact store) on every "
+        "task and TrainJob node. Empty = AWS S3 itself. Credentials come from secret_env "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).",
     )
 
     @field_validator("namespace")
@@ -538,17 +770,119 @@ class ClusterSettings(BaseModel):
             raise ValueError(f"'{value}' is not a valid service account name")
         return value
 
+    @field_validator("shared_paths")
+    @classmethod
+    def _shared(cls, value: list[str]) -> list[str]:
+        out = []
+        for path in value:
+            if not path.startswith("/") or "/../" in f"{path}/":
+                raise ValueError(f"'{path}' must be an absolute path without '..'")
+            out.append(path.rstrip("/") or "/")
+        return out
+
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"'{value}' is not an http(s):// URL (e.g. http://minio.minio:9000)")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_pods(cls, data: Any) -> Any:
+        """Each of :data:`DERIVED_PODS` is its base pod's settings with its own merged over."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for kind, base in DERIVED_PODS.items():
+            out[kind] = deep_merge(_pod_data(cls, out, base), _pod_data(cls, out, kind) or {})
+        return out
+
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSettings:
-        if self.cpu.accelerator_count:
-            raise ValueError("cpu.accelerator_count must be 0: training tasks use the gpu settings")
+        for kind in ("cpu", "cpu_train", "launcher"):
+            if getattr(self, kind).accelerator_count:
+                raise ValueError(
+                    f"{kind}.accelerator_count must be 0: GPU profiles use the gpu settings"
+                )
+        root = self.artifact_root
+        if root and not (re.match(r"^s3://[^/]+", root) or shared_path_of(root, self.shared_paths)):
+            raise ValueError(
+                f"artifact_root '{root}' is neither s3://bucket/prefix nor under one of "
+                f"shared_paths ({', '.join(self.shared_paths) or 'none'}): the tasks of a run "
+                "share nothing else"
+            )
+        extra = self.task_env()
+        for kind in POD_KINDS:
+            pod: PodSettings = getattr(self, kind)
+            secret = {item.env for item in pod.secret_env}
+            for name, value in extra.items():
+                if name in secret or pod.env.get(name, value) != value:
+                    raise ValueError(
+                        f"{kind}.env sets {name} too; set it once, in "
+                        f"{'artifact_root' if name == ARTIFACT_ROOT_ENV else 's3_endpoint'}"
+                    )
+            pod.env = {**pod.env, **extra}
         return self
+
+    def task_env(self) -> dict[str, str]:
+        """The variables these settings add to every task's and TrainJob node's environment:
+        ``CONDUCTOR_ARTIFACT_ROOT`` (``artifact_root``), ``AWS_ENDPOINT_URL`` and
+        ``MLFLOW_S3_ENDPOINT_URL`` (``s3_endpoint``), for those that are set."""
+        out = {}
+        if self.artifact_root:
+            out[ARTIFACT_ROOT_ENV] = self.artifact_root
+        if self.s3_endpoint:
+            out.update(dict.fromkeys(S3_ENDPOINT_ENVS, self.s3_endpoint))
+        return out
+
+    def s3_secret(self) -> str | None:
+        """The Secret the tasks' S3 credentials come from (the ``secret_env`` entry of
+        ``AWS_ACCESS_KEY_ID`` of the CPU pods, where the parameter check runs), or None."""
+        for item in self.cpu.secret_env:
+            if item.env == S3_CREDENTIAL_ENVS[0]:
+                return item.secret_name
+        return None
 
     def procs_per_node(self) -> int | None:
         """Processes per TrainJob node: the explicit value, else one per GPU (None without)."""
         if self.trainjob.num_proc_per_node is not None:
             return self.trainjob.num_proc_per_node
         return self.gpu.accelerator_count or None
+
+
+POD_KINDS = ("gpu", "cpu", "cpu_train", "launcher", "gpu_eval")
+"""The kinds of pod of :class:`ClusterSettings` (each a :class:`PodSettings` field)."""
+DERIVED_PODS = {"cpu_train": "cpu", "launcher": "cpu", "gpu_eval": "gpu"}
+"""Pod kinds given as the differences from another kind: a settings file names only what
+differs (e.g. ``gpu_eval: {accelerator_count: 1}``), the rest (tolerations, Secrets, env, ...)
+follows the base kind."""
+
+
+def _pod_data(cls: type[BaseModel], data: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The pod settings of ``kind`` in raw ``data`` as a mapping; a missing base kind gives the
+    field's default, a missing derived kind None."""
+    value = data.get(kind)
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, dict):
+        return value
+    if value is None and kind not in DERIVED_PODS:
+        return cls.model_fields[kind].get_default(call_default_factory=True).model_dump()
+    return value
+
+
+def shared_path_of(path: str, shared_paths: list[str] | tuple[str, ...]) -> str | None:
+    """The entry of ``shared_paths`` that the absolute ``path`` lies under (``/`` holds every
+    absolute path), or None; a relative path, or one with ``..``, is under none."""
+    if not path.startswith("/") or "/../" in f"{path}/":
+        return None
+    if "/" in shared_paths:
+        return "/"
+    for shared in shared_paths:
+        if path == shared or path.startswith(shared.rstrip("/") + "/"):
+            return shared
+    return None
 
 
 def _bundled_default() -> dict[str, Any]:

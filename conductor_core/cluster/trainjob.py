@@ -14,14 +14,22 @@ The job references a (Cluster)TrainingRuntime (``torch-distributed`` by default)
 
 ``runtimePatches`` is the API of Trainer v2.2 and later (``trainer.kubeflow.org/v1alpha1``,
 ``pkg/apis/trainer/v1alpha1/trainjob_types.go``); it replaced ``podTemplateOverrides`` (v2.0-v2.1),
-which these manifests do not use. Environment variables of the ``node`` container can only be set
-through ``spec.trainer.env`` (the API rejects them in a container patch), so they go there.
+which these manifests do not use (the minimum Trainer is declared in
+:mod:`conductor_core.cluster.versions`). Environment variables of the ``node`` container can only
+be set through ``spec.trainer.env`` (the API rejects them in a container patch), so they go there.
+
+Ownership: given the launching task's pod (:class:`OwnerPod`, read from the downward-API variables
+``POD_NAME``, ``POD_UID`` and ``POD_NAMESPACE`` by :func:`owner_pod_from_env`), the TrainJob and
+its ConfigMap carry an ``ownerReference`` to that pod, so Kubernetes' garbage collector deletes
+them (and the TrainJob's JobSet and pods) when the pod is deleted, e.g. with its pipeline run.
+Without those variables (a local run) the objects have no owner.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +69,19 @@ MAX_NAME_LENGTH = 40
 """TrainJob names stay at most 40 characters, below the API's 63: the JobSet derives Job and pod
 names (``<name>-node-<job>-<pod>-<5 random>``) and a pod hostname from it, which must fit in 63."""
 MAX_CONFIGMAP_BYTES = 1024 * 1024
+
+POD_NAME_ENV = "POD_NAME"
+"""Environment variable with the launching pod's name (downward API ``metadata.name``)."""
+POD_UID_ENV = "POD_UID"
+"""Environment variable with the launching pod's uid (downward API ``metadata.uid``)."""
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+"""Environment variable with the launching pod's namespace (downward API ``metadata.namespace``)."""
+POD_IDENTITY_FIELDS = {
+    POD_NAME_ENV: "metadata.name",
+    POD_UID_ENV: "metadata.uid",
+    POD_NAMESPACE_ENV: "metadata.namespace",
+}
+"""Each variable and the pod field it is filled from (``pipelines/kubernetes.py`` sets them)."""
 
 _NON_SLUG = re.compile(r"[^a-z0-9]+")
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
@@ -154,6 +175,40 @@ class TrainJobManifests:
         return self.configmap["metadata"]["name"]
 
 
+@dataclass(frozen=True)
+class OwnerPod:
+    """The pod of the pipeline task that launches a TrainJob: the owner of what it creates."""
+
+    name: str
+    uid: str
+    namespace: str | None = None
+    """The pod's namespace, when known (an owner must be in the namespace of what it owns)."""
+
+    def reference(self) -> dict[str, Any]:
+        """The ``ownerReference`` to this pod. Not a controller reference (the Trainer controls
+        the TrainJob), and ``blockOwnerDeletion`` off: setting it would need ``update`` on
+        ``pods/finalizers`` under the OwnerReferencesPermissionEnforcement admission plugin."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": self.name,
+            "uid": self.uid,
+            "blockOwnerDeletion": False,
+        }
+
+
+def owner_pod_from_env(environ: Mapping[str, str] | None = None) -> OwnerPod | None:
+    """The launching pod from ``POD_NAME``, ``POD_UID`` and (optional) ``POD_NAMESPACE`` in
+    ``environ`` (default ``os.environ``); None unless both name and uid are set (a local run)."""
+    env = os.environ if environ is None else environ
+    name = (env.get(POD_NAME_ENV) or "").strip()
+    uid = (env.get(POD_UID_ENV) or "").strip()
+    if not name or not uid:
+        return None
+    namespace = (env.get(POD_NAMESPACE_ENV) or "").strip() or None
+    return OwnerPod(name=name, uid=uid, namespace=namespace)
+
+
 def stage_config_text(stage_config: str | Mapping[str, Any]) -> str:
     """The stage config as YAML text (a mapping is dumped in its order)."""
     import yaml
@@ -186,8 +241,10 @@ def build_configmap(
     stage_config: str | Mapping[str, Any],
     labels: Mapping[str, str],
     annotations: Mapping[str, str] | None = None,
+    owner: OwnerPod | None = None,
 ) -> dict[str, Any]:
-    """A ``ConfigMap`` named ``name`` with the stage config under :data:`CONFIG_KEY`.
+    """A ``ConfigMap`` named ``name`` with the stage config under :data:`CONFIG_KEY`, owned by
+    ``owner`` when given (the launcher makes the TrainJob its owner once the job exists).
 
     Raises :class:`ConfigError` when the config is not a YAML mapping or exceeds the 1 MiB
     ConfigMap limit.
@@ -200,6 +257,8 @@ def build_configmap(
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.reference()]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -236,11 +295,18 @@ def build_trainjob(
     configmap_name: str,
     labels: Mapping[str, str],
     annotations: Mapping[str, str] | None = None,
+    owner: OwnerPod | None = None,
 ) -> dict[str, Any]:
-    """The ``TrainJob`` manifest (see the module docstring for what goes where)."""
+    """The ``TrainJob`` manifest (see the module docstring for what goes where), owned by
+    ``owner`` when given."""
     gpu, job = settings.gpu, settings.trainjob
     command, args = trainer_command(request.stage, settings)
-    env = {"CONDUCTOR_TRAINJOB": name, "CONDUCTOR_STAGE": request.stage, **dict(request.env)}
+    env = {
+        "CONDUCTOR_TRAINJOB": name,
+        "CONDUCTOR_STAGE": request.stage,
+        **gpu.sandbox.task_env(),
+        **dict(request.env),
+    }
     trainer: dict[str, Any] = {
         "image": request.image or job.image,
         "command": command,
@@ -264,8 +330,16 @@ def build_trainjob(
         pod_spec["nodeSelector"] = node_selector
     if gpu.tolerations:
         pod_spec["tolerations"] = gpu.k8s_tolerations()
+    # The code sandbox's isolation (graders in the reward run model-written code): the pod and
+    # container security fields the settings ask for. runtimeClassName and hostUsers cannot be
+    # patched here: they belong in the TrainingRuntime (docs/sandbox.md).
+    if gpu.sandbox.pod_security_context():
+        pod_spec["securityContext"] = gpu.sandbox.pod_security_context()
     pod_spec["volumes"] = volumes
-    pod_spec["containers"] = [{"name": NODE, "volumeMounts": mounts}]
+    container: dict[str, Any] = {"name": NODE, "volumeMounts": mounts}
+    if gpu.sandbox.container_security_context():
+        container["securityContext"] = gpu.sandbox.container_security_context()
+    pod_spec["containers"] = [container]
 
     patch = {
         "manager": job.patch_manager,
@@ -294,6 +368,8 @@ def build_trainjob(
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.reference()]
     spec: dict[str, Any] = {
         "runtimeRef": {
             "apiGroup": TRAINER_GROUP,
@@ -314,20 +390,33 @@ def build_trainjob(
 
 
 def build_manifests(
-    request: TrainJobRequest, settings: ClusterSettings, namespace: str | None = None
+    request: TrainJobRequest,
+    settings: ClusterSettings,
+    namespace: str | None = None,
+    owner: OwnerPod | None = None,
 ) -> TrainJobManifests:
     """The TrainJob and ConfigMap of ``request``, in ``namespace`` (else ``settings.namespace``,
-    else ``default``), named by :func:`trainjob_name` and labelled by :func:`resource_labels`."""
+    else ``default``), named by :func:`trainjob_name` and labelled by :func:`resource_labels`.
+
+    With ``owner`` both carry an ``ownerReference`` to that pod. Kubernetes has no owners across
+    namespaces (the garbage collector would take such a reference for a missing owner and delete
+    the object), so an owner in another namespace raises :class:`ConfigError`.
+    """
     name = trainjob_name(request.run_id, request.task_id, request.stage)
     namespace = namespace or settings.namespace or "default"
+    if owner is not None and owner.namespace is not None and owner.namespace != namespace:
+        raise ConfigError(
+            f"the TrainJob's namespace {namespace!r} is not its owner pod's ({owner.namespace!r}): "
+            "an owner must be in the same namespace"
+        )
     labels = resource_labels(request.run_id, request.task_id, request.stage, name)
     annotations = {LABEL_RUN: str(request.run_id), LABEL_TASK: str(request.task_id)}
     configmap_name = f"{name}-config"
     configmap = build_configmap(
-        configmap_name, namespace, request.stage_config, labels, annotations
+        configmap_name, namespace, request.stage_config, labels, annotations, owner
     )
     trainjob = build_trainjob(
-        name, namespace, request, settings, configmap_name, labels, annotations
+        name, namespace, request, settings, configmap_name, labels, annotations, owner
     )
     return TrainJobManifests(name=name, namespace=namespace, trainjob=trainjob, configmap=configmap)
 

@@ -4,7 +4,8 @@ Every step of one pipeline run writes under ``<artifact root>/<run id>/<step>``
 (:func:`run_folder`); the root is a local folder or an ``s3://`` prefix. Training writes its model
 and checkpoints there, so a retried task finds its checkpoints and resumes, and no weights live
 only on a pod's disk. Each pipeline run is one parent MLflow run, found by every task through the
-KFP run id (:func:`parent_run`), with one nested run per step (:func:`log_stage`).
+KFP run id (:func:`parent_run`), with one nested run per step (:func:`log_stage`); the pipeline's
+exit handler ends it with the run's final state (:func:`close_parent_run`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,40 @@ def parent_run(run_id: str, pipeline: str, tracking_uri: str | None = None) -> s
     from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT, pipeline_run
 
     return pipeline_run(pipeline, run_id, experiment=PIPELINE_EXPERIMENT, tracking_uri=tracking_uri)
+
+
+KFP_FINAL_STATES = {"SUCCEEDED": "FINISHED", "CANCELED": "KILLED", "CANCELLED": "KILLED"}
+"""MLflow's status for KFP's final state of a pipeline run (``PipelineTaskFinalStatus.state``);
+every other state (``FAILED``, ...) ends the runs ``FAILED``."""
+
+
+def close_parent_run(
+    run_id: str,
+    pipeline: str,
+    state: str,
+    *,
+    tracking_uri: str | None = None,
+    log: Log = print_line,
+) -> str | None:
+    """End the pipeline run's parent MLflow run with the pipeline's final state (the exit
+    handler's task, whatever happened before it): KFP's ``SUCCEEDED`` ends it ``FINISHED``,
+    ``CANCELED`` ``KILLED``, anything else ``FAILED``; its runs still RUNNING (a task whose pod
+    was killed) end the same way. Returns the MLflow status, or None when no task of the run
+    opened a parent run (nothing is created: a run stopped by its parameter check)."""
+    from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri
+    from conductor_core.track.pipeline_runs import close_pipeline_run
+
+    status = KFP_FINAL_STATES.get(state.strip().upper(), "FAILED")
+    uri = tracking_uri or default_tracking_uri()
+    no_store = uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
+    closed = None if no_store else close_pipeline_run(run_id, status, tracking_uri=uri)
+    if closed is None:
+        log(f"{pipeline} {run_id}: {state}; no MLflow run to close (no task logged one)")
+        return None
+    parent, nested = closed
+    also = f", and {nested} of its runs left RUNNING" if nested else ""
+    log(f"{pipeline} {run_id}: {state}; MLflow run {parent} ended {status}{also}")
+    return status
 
 
 def log_stage(

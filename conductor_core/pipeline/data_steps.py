@@ -56,10 +56,17 @@ def validate_step(
     pipeline: str = TRAINING_PIPELINE,
     tracking_uri: str | None = None,
     log: Log = print_line,
+    raise_on_failure: bool = True,
 ) -> dict[str, Any]:
     """The Great Expectations gate on a curated dataset folder (``train.parquet``,
     ``validation.parquet`` and the ``config.yaml`` whose ``expectations`` apply). Writes the
-    reports either way and raises :class:`ConductorError` when an expectation fails."""
+    reports either way, then raises :class:`ConductorError` when an expectation fails, or with
+    ``raise_on_failure`` False returns the verdict for :func:`gate_step` to act on (a KFP task
+    that fails uploads none of its outputs, so the pipeline's validate task succeeds with its
+    report and the gate task after it fails).
+
+    Returns ``{"problems", "checks", "passed", "reason"}``; ``reason`` is the one line a failed
+    gate raises (empty when the data passed)."""
     from conductor_core.data.config import CurationConfig
     from conductor_core.data.expectations import validate
     from conductor_core.data.report import render_html, render_markdown
@@ -103,8 +110,26 @@ def validate_step(
         artifacts=[report_md],
         tracking_uri=tracking_uri,
     )
+    reason = ""
     if not outcome.success:
-        raise ConductorError(
-            f"dataset {folder} failed {len(outcome.failing)} expectation(s); report: {report_md}"
+        failing = ", ".join(f"[{c.suite}] {c.label}" for c in outcome.failing)
+        reason = (
+            f"dataset {folder.name} failed {len(outcome.failing)} expectation(s): {failing}; "
+            "the data gate's report has the failing examples"
         )
-    return {"problems": len(problems), "passed": True, "checks": len(outcome.checks)}
+        if raise_on_failure:
+            raise ConductorError(f"{reason} ({report_md})")
+    return {
+        "problems": len(problems),
+        "passed": outcome.success,
+        "checks": len(outcome.checks),
+        "reason": reason,
+    }
+
+
+def gate_step(passed: bool, reason: str = "", *, log: Log = print_line) -> None:
+    """Stop the run when a check before it failed: raises :class:`ConductorError` with
+    ``reason`` (one line) unless ``passed``."""
+    if not passed:
+        raise ConductorError(reason or "the check before this gate failed")
+    log("gate passed")

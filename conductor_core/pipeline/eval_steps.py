@@ -3,7 +3,9 @@ trained Conductor against the best single worker and MoA."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,50 @@ def comparison(summary: Any) -> dict[str, Any]:
     if conductor and best_single:
         ahead = overall[conductor].accuracy > overall[best_single].accuracy
     return {"rows": rows, "conductor_ahead": ahead}
+
+
+_IMAGE_LINK = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<target>[^)\s]+)\)")
+_IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}
+
+
+def inline_images(markdown: str, folder: str | Path) -> str:
+    """``markdown`` with every image link to a file in ``folder`` (``![alt](plot.png)``) made
+    an inline ``data:`` URI. The Kubeflow UI shows a Markdown artifact on its own, where a link
+    relative to the report's folder points nowhere; links to anything else stay as they are."""
+
+    def embed(m: re.Match[str]) -> str:
+        target = m["target"]
+        path = Path(folder) / target
+        kind = _IMAGE_TYPES.get(path.suffix.lower())
+        if kind is None or "://" in target or target.startswith("data:") or not path.is_file():
+            return m[0]
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f"![{m['alt']}](data:{kind};base64,{data})"
+
+    return _IMAGE_LINK.sub(embed, markdown)
+
+
+def summary_markdown(result: dict[str, Any]) -> str:
+    """The Markdown artifact of an aggregate (:func:`aggregate_step`'s result): the comparison
+    table, then the whole report with its plots inline, so that both render in the UI."""
+    report = Path(result["paths"]["markdown"])
+    body = inline_images(report.read_text(encoding="utf-8"), report.parent)
+    return comparison_markdown(result["comparison"]) + "\n" + body
+
+
+def resolve_conductor_step(
+    conductor: str, *, tracking_uri: str | None = None, log: Log = print_line
+) -> str:
+    """The Conductor an evaluation evaluates, made concrete: a registry alias
+    (``models:/NAME@ALIAS``) becomes the version it points at now (``models:/NAME/VERSION``);
+    anything else is returned as it is. The evaluation pipeline runs this uncached, before its
+    cached shards, so that a moved alias is evaluated afresh rather than answered from cache."""
+    from conductor_core.track.registry import resolve_model_uri
+
+    resolved = resolve_model_uri(conductor, tracking_uri=tracking_uri) if conductor else ""
+    if resolved != conductor:
+        log(f"{conductor} is {resolved}")
+    return resolved
 
 
 def comparison_markdown(table: dict[str, Any]) -> str:

@@ -61,8 +61,17 @@ def read_manifest(path: str | Path) -> ModelManifest:
 
 
 def local_weights(manifest: ModelManifest, cache_dir: str | Path | None = None) -> Path:
-    """A local folder holding the manifest's weights (downloaded once into ``cache_dir`` when
-    they live in S3)."""
+    """A local folder holding the manifest's weights: their own folder, or a download of weights
+    that live in S3 into ``cache_dir``; by default a new folder in the pod's workspace volume
+    when it has one (``$CONDUCTOR_WORKDIR``: a 7B model does not fit a container's own disk),
+    else a temporary folder."""
+    import os
+    import tempfile
+
+    from conductor_core.pipeline.context import WORKDIR_ENV, local_workdir
     from conductor_core.track.registry import load_model_dir
 
+    remote = not Path(manifest.weights_uri).is_dir()
+    if cache_dir is None and remote and os.environ.get(WORKDIR_ENV):
+        cache_dir = tempfile.mkdtemp(prefix="model-", dir=local_workdir("models"))
     return load_model_dir(manifest.weights_uri, cache_dir)

@@ -2,12 +2,15 @@
 
 The Kubeflow UI's run form takes free text; a typo in an enum-like parameter (a profile, the
 launcher, a baseline spec) should stop the run in its first seconds with one line naming the
-parameter and the accepted values, not hours later in a training pod.
+parameter and the accepted values, not hours later in a training pod. The same goes for an
+artifact root the run's pods cannot share (:func:`check_artifact_root`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from conductor_core.errors import ConfigError
 
@@ -33,9 +36,17 @@ def check_training_params(
     eval_parallelism: int = 1,
     steps: dict[str, int] | None = None,
     curation_config: str = "pipeline",
+    artifact_root: str | None = None,
+    default_artifact_root: str = "",
+    shared_paths: Sequence[str] = (),
+    s3_secret: str = "",
 ) -> dict[str, str]:
     """Check the training pipeline's parameters; raise one :class:`ConfigError` listing every
-    bad one. Returns the normalised values that later tasks may print."""
+    bad one. Returns the normalised values that later tasks may print.
+
+    ``artifact_root`` (None: not checked) is checked by :func:`check_artifact_root` against
+    what the cluster settings the pipeline was compiled with allow (``default_artifact_root``,
+    ``shared_paths``, ``s3_secret``)."""
     problems = [
         *_one_of("profile", profile, PROFILES),
         *_one_of("launcher", launcher, LAUNCHERS),
@@ -49,10 +60,124 @@ def check_training_params(
         if n < 0:
             problems.append(f"{stage}_steps: {n}; give 0 (the profile's) or a positive count")
     problems += _check_pool_and_baselines(pool, baselines)
+    problems += check_profile_pool(profile, pool)
     problems += _check_curation(curation_config)
+    checked = {"profile": profile, "launcher": launcher, "metric": metric, "baselines": baselines}
+    if artifact_root is not None:
+        root, found = check_artifact_root(
+            artifact_root,
+            default=default_artifact_root,
+            shared_paths=shared_paths,
+            s3_secret=s3_secret,
+            launcher=launcher,
+        )
+        problems += found
+        checked["artifact_root"] = root
     if problems:
         raise ConfigError("pipeline parameters: " + "; ".join(problems))
-    return {"profile": profile, "launcher": launcher, "metric": metric, "baselines": baselines}
+    return checked
+
+
+def check_artifact_root(
+    root: str,
+    *,
+    default: str = "",
+    shared_paths: Sequence[str] = (),
+    s3_secret: str = "",
+    launcher: str = "pod",
+    environ: Mapping[str, str] | None = None,
+) -> tuple[str, list[str]]:
+    """Whether a run's tasks can share ``root``, the artifact root they hand checkpoints and
+    models on through: returns the root they will use and the problems found (none: it is fine).
+
+    The root is ``root``, else the cluster settings' ``default``, else
+    ``$CONDUCTOR_ARTIFACT_ROOT``, else ``./runs/pipelines`` (what every task resolves). Tasks
+    run in separate pods that share no disk, so it must be ``s3://bucket/prefix`` or a folder
+    under one of ``shared_paths`` (volumes the settings declare mounted on every pod; ``/``:
+    every folder, the local run where all tasks share one machine). With ``s3://`` the S3
+    credentials must be in the environment (``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``, filled from the Secret ``s3_secret``; or a web-identity or
+    container-credentials role), and ``launcher=trainjob`` needs ``s3://`` (its nodes hand the
+    model on through S3).
+    """
+    from conductor_core.cluster.settings import (
+        ARTIFACT_ROOT_ENV,
+        S3_CREDENTIAL_ENVS,
+        shared_path_of,
+    )
+    from conductor_core.pipeline.context import DEFAULT_ARTIFACT_ROOT
+    from conductor_core.track.storage import is_s3, split_s3
+
+    env = os.environ if environ is None else environ
+    if root:
+        chosen, said = root, repr(root)
+    elif default:
+        chosen, said = default, f"empty, so the cluster settings' {default!r}"
+    elif env.get(ARTIFACT_ROOT_ENV):
+        chosen = env[ARTIFACT_ROOT_ENV]
+        said = f"empty, so ${ARTIFACT_ROOT_ENV} ({chosen!r})"
+    else:
+        chosen, said = DEFAULT_ARTIFACT_ROOT, f"empty, so ./{DEFAULT_ARTIFACT_ROOT}"
+    if not is_s3(chosen):
+        chosen = str(Path(chosen).expanduser().resolve())
+        if shared_path_of(chosen, tuple(shared_paths)):
+            if launcher == "trainjob":
+                return chosen, [
+                    f"artifact_root: {said}: launcher=trainjob needs s3://bucket/prefix (the "
+                    "TrainJob's nodes hand the model on through S3)"
+                ]
+            return chosen, []
+        where = " or a folder under " + ", ".join(shared_paths) if shared_paths else ""
+        return chosen, [
+            f"artifact_root: {said} is a folder on this pod's own disk, which the run's other "
+            f"tasks never see; give s3://bucket/prefix{where} (or set artifact_root in the "
+            "cluster settings)"
+        ]
+    try:
+        split_s3(chosen)
+    except ConfigError as exc:
+        return chosen, [f"artifact_root: {exc}"]
+    missing = [name for name in S3_CREDENTIAL_ENVS if not env.get(name)]
+    role = (env.get("AWS_WEB_IDENTITY_TOKEN_FILE") and env.get("AWS_ROLE_ARN")) or any(
+        env.get(n)
+        for n in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+    )
+    if missing and not role:
+        fix = (
+            f"create the Secret '{s3_secret}' with the keys {', '.join(S3_CREDENTIAL_ENVS)} in "
+            "the run's namespace"
+            if s3_secret
+            else "the cluster settings name no Secret for them (gpu/cpu secret_env)"
+        )
+        return chosen, [
+            f"artifact_root {chosen}: no S3 credentials in the task's environment "
+            f"({', '.join(missing)} unset); {fix}"
+        ]
+    return chosen, []
+
+
+def check_profile_pool(profile: str, pool: str) -> list[str]:
+    """The training config's own check of ``profile`` with ``pool`` (each stage's): a GPU
+    profile (paper) trains a real model and refuses a simulated pool, on which GPU hours would
+    learn a toy routing. Run here, by the parameter check, it stops the run before any GPU pod
+    is scheduled, instead of in the first training task."""
+    if profile not in PROFILES:
+        return []
+    from conductor_core.pipeline.context import pool_path
+    from conductor_core.train.config import STAGES, build_config
+
+    for stage in STAGES:
+        try:
+            build_config({"data": {"pool": pool_path(pool)}}, stage=stage, profile=profile)
+        except ConfigError as exc:
+            if "simulated pool" in str(exc):
+                return [
+                    f"pool: {pool!r} is a simulated pool, and the {profile} profile trains a "
+                    "real model on GPUs (it would learn a toy routing); give a pool YAML of "
+                    "real workers"
+                ]
+            return [f"profile {profile!r} with pool {pool!r}: {exc}"]
+    return []
 
 
 def _check_pool_and_baselines(pool: str, baselines: str) -> list[str]:

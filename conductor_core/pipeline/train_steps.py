@@ -90,6 +90,7 @@ def train_step(
     overrides: dict[str, Any] | None = None,
     progress: bool = False,
     log: Log = print_line,
+    cluster_settings: str | dict[str, Any] | None = None,
 ) -> ModelManifest:
     """Run one GRPO stage and write the model manifest to ``manifest_path``.
 
@@ -97,7 +98,11 @@ def train_step(
     in a local work folder with checkpoints and the final model under that ``s3://`` prefix. A
     second call with the same run id resumes from the last checkpoint. ``launcher="trainjob"``
     runs the same stage as a Kubeflow Trainer TrainJob (:mod:`conductor_core.cluster.launcher`)
-    and waits for it; it needs an ``s3://`` root, where the job's nodes put the model.
+    and waits for it; it needs an ``s3://`` root, where the job's nodes put the model. The job
+    is built from ``cluster_settings`` (JSON text or a mapping: the settings the pipeline was
+    compiled with, which the pipeline hands its launcher task), else from
+    :func:`~conductor_core.cluster.settings.load_cluster_settings` (the bundled defaults and
+    ``$CONDUCTOR_CLUSTER_SETTINGS``).
     """
     if launcher not in ("pod", "trainjob"):
         raise ConfigError(f"launcher: {launcher!r} is not one of pod, trainjob")
@@ -123,8 +128,9 @@ def train_step(
         "overrides": overrides,
     }
     if launcher == "trainjob":
+        settings = _cluster_settings(cluster_settings)
         return _train_in_trainjob(
-            common, target, init, run_id, task_id or stage, manifest_path, log
+            common, target, init, run_id, task_id or stage, manifest_path, settings, log
         )
     if remote:
         output_dir: str | Path = local_workdir(run_id, stage)
@@ -163,12 +169,12 @@ def _train_in_trainjob(
     run_id: str,
     task_id: str,
     manifest_path: str | Path,
+    settings: Any,
     log: Log,
 ) -> ModelManifest:
-    """Run the stage as a TrainJob whose nodes read the dataset and the starting weights from
-    S3 and write checkpoints and the final model there."""
+    """Run the stage as a TrainJob (built from the cluster ``settings``) whose nodes read the
+    dataset and the starting weights from S3 and write checkpoints and the final model there."""
     from conductor_core.cluster.launcher import launch_and_wait
-    from conductor_core.cluster.settings import load_cluster_settings
     from conductor_core.cluster.trainjob import TrainJobRequest
     from conductor_core.track.storage import Storage
 
@@ -176,7 +182,6 @@ def _train_in_trainjob(
     data_uri = join(target, "data")
     Storage().upload_dir(common["dataset_dir"], data_uri)
     common = {**common, "dataset_dir": join(data_uri, "train.parquet")}
-    settings = load_cluster_settings()
     workdir = settings.gpu.workspace.mount_path if settings.gpu.workspace else "/tmp"
     config = train_config(
         **common,
@@ -199,3 +204,25 @@ def _train_in_trainjob(
     manifest.write(manifest_path)
     log(f"{config.stage}: TrainJob {outcome.name} {outcome.condition} ({outcome.duration_s:.0f} s)")
     return manifest
+
+
+def _cluster_settings(value: str | dict[str, Any] | None) -> Any:
+    """The :class:`~conductor_core.cluster.settings.ClusterSettings` a TrainJob is built from:
+    ``value`` (JSON text or a mapping, as the pipeline compiled it) or, without one, the bundled
+    defaults with ``$CONDUCTOR_CLUSTER_SETTINGS`` merged over them."""
+    import json
+
+    from pydantic import ValidationError
+
+    from conductor_core.cluster.settings import ClusterSettings, load_cluster_settings
+    from conductor_core.errors import format_validation_error
+
+    if not value:
+        return load_cluster_settings()
+    try:
+        data = json.loads(value) if isinstance(value, str) else value
+        return ClusterSettings.model_validate(data)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"cluster_settings: not valid JSON ({exc})") from exc
+    except ValidationError as exc:
+        raise ConfigError(f"cluster_settings: {format_validation_error(exc)}") from exc

@@ -12,7 +12,9 @@ handing run ids around:
   ``mlflow.parentRunId`` and ``conductor.stage``: a retried stage logs into the run it started.
 - :func:`nested_run` is the general form (any identifying tags); evaluation uses it for one run
   per evaluated method.
-- :func:`end_pipeline_run` ends the parent (for an exit handler); until then it shows RUNNING.
+- :func:`close_pipeline_run` ends the parent and whatever of it still runs with the pipeline's
+  final state (the pipeline's exit handler); until then it shows RUNNING. :func:`end_pipeline_run`
+  ends a parent known by its run id.
 
 Nested runs live in their parent's experiment and inherit its ``conductor.kfp_run_id``,
 ``conductor.pipeline`` and git commit tags, plus ``conductor.pipeline_run_id`` (the root run), so
@@ -222,6 +224,43 @@ def end_pipeline_run(
 
 
 @restores_tracking_uri
+def close_pipeline_run(
+    kfp_run_id: str,
+    status: str,
+    *,
+    experiment: str = PIPELINE_EXPERIMENT,
+    tracking_uri: str | None = None,
+) -> tuple[str, int] | None:
+    """End the parent run of KFP run ``kfp_run_id`` with ``status`` (``FINISHED``, ``FAILED`` or
+    ``KILLED``), and every run of it still RUNNING (a stage whose pod was killed) likewise.
+
+    Returns ``(parent run id, nested runs ended)``, or None when no task opened a parent run
+    (nothing is created then). A second call ends it again with the new status.
+    """
+    if status not in ("FINISHED", "FAILED", "KILLED"):
+        raise ConfigError(f"close_pipeline_run: {status!r} is not FINISHED, FAILED or KILLED")
+    _quoted(kfp_run_id, "kfp_run_id")
+    mlflow = configure(tracking_uri)
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    parents = _find(client, [exp.experiment_id], {TAG_KFP_RUN_ID: kfp_run_id, TAG_ROLE: "pipeline"})
+    if not parents:
+        return None
+    parent = parents[0].info.run_id
+    running = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"{tag_filter({TAG_PIPELINE_RUN: parent})} and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
+    for run in running:
+        client.set_terminated(run.info.run_id, status=status)
+    client.set_terminated(parent, status=status)
+    return parent, len(running)
+
+
+@restores_tracking_uri
 def find_nested_run(
     parent_run_id: str, match: Mapping[str, str], *, tracking_uri: str | None = None
 ) -> str | None:
@@ -422,6 +461,7 @@ __all__ = [
     "TAG_ROLE",
     "TAG_STAGE",
     "PipelineRun",
+    "close_pipeline_run",
     "end_pipeline_run",
     "find_nested_run",
     "first_pipeline_run_since",

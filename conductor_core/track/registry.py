@@ -210,6 +210,35 @@ def promote_if_better(
     }
 
 
+_ALIAS_URI = re.compile(r"^models:/(?P<name>[^/@]+)@(?P<alias>[^/@]+)/?$")
+
+
+@restores_tracking_uri
+def resolve_model_uri(uri: str, tracking_uri: str | None = None) -> str:
+    """A registry alias URI made concrete: ``models:/NAME@ALIAS`` -> ``models:/NAME/VERSION``
+    (the version the alias points at now), so that what is evaluated or cached names the
+    version, never an alias that may move. Any other URI (a version, ``runs:/``, ``s3://``, a
+    folder, a URL, ``scripted``, empty) is returned as it is.
+
+    Raises :class:`ConfigError` naming the model and alias when the alias is not set.
+    """
+    match = _ALIAS_URI.match(uri.strip())
+    if match is None:
+        return uri
+    name, alias = match["name"], match["alias"]
+    mlflow = configure(tracking_uri)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        version = mlflow.MlflowClient().get_model_version_by_alias(name, alias).version
+    except MlflowException as exc:
+        raise ConfigError(
+            f"model {uri!r}: no version of the registered model {name!r} has the alias "
+            f"{alias!r} ({exc.message.splitlines()[0]})"
+        ) from exc
+    return f"models:/{name}/{version}"
+
+
 def _find_model_folder(root: Path) -> Path:
     """The folder with ``config.json`` inside a downloaded model (the pyfunc's artifact first)."""
     preferred = root / "artifacts" / "model"

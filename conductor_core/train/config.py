@@ -574,8 +574,9 @@ class StageConfig(_Strict):
     questions_per_step: int = Field(
         default=4,
         ge=1,
-        description="Distinct questions per optimiser step (the paper: 4). More questions mix more "
-        "domains into each update.",
+        description="Distinct questions per optimiser step (the paper: 4), over all processes "
+        "under torchrun (a multiple of their number: each rank takes whole question groups). "
+        "More questions mix more domains into each update.",
     )
     plans_per_question: int = Field(
         default=64,

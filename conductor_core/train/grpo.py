@@ -5,11 +5,17 @@ loading a checkpoint, plus the optional format warm-up), the dataset, the reward
 resumes from the last checkpoint when one exists (same step, same data order: the sampler is
 seeded and the trainer skips the batches already seen), tracks the run, saves the final model to
 ``<output_dir>/model`` and returns a summary.
+
+Under ``torchrun`` with several processes every rank runs :func:`run_stage` and trains on its
+share of each generation batch (DDP through TRL and accelerate); only the main process logs to
+MLflow, uploads checkpoints and writes the model and the summary
+(:mod:`conductor_core.train.ranks`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -18,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError, require
+from conductor_core.train import ranks
 from conductor_core.train.config import StageConfig
 from conductor_core.train.reward import ConductorReward, RoundState, Truncation
-from conductor_core.train.tracking import Tracker, make_tracker
+from conductor_core.train.tracking import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
 
 SUMMARY_FILE = "summary.json"
@@ -222,8 +229,35 @@ def truncation_rule(config: StageConfig, tokenizer: Any) -> Truncation | None:
     return Truncation(config.generation.max_completion_length, frozenset(ends))
 
 
+def rank_batch(config: StageConfig, world_size: int) -> tuple[int, int]:
+    """``(completions per forward pass, micro-batches per optimiser step)`` on each of
+    ``world_size`` ranks, so that one optimiser step still takes ``questions_per_step x
+    plans_per_question`` completions in all (TRL's generation batch is per-device batch x
+    processes x accumulation steps).
+
+    Each rank gets whole question groups (``questions_per_step`` must be a multiple of the
+    number of processes: the recursive stage pairs groups and routing coverage spreads a group's
+    plans over workers within one rank's batch) and a forward pass never takes more than
+    ``micro_batch_size`` completions.
+    """
+    if world_size <= 1:
+        return config.micro_batch, config.accumulation_steps
+    if config.questions_per_step % world_size:
+        raise ConfigError(
+            f"questions_per_step ({config.questions_per_step}) must be a multiple of the number "
+            f"of training processes ({world_size}): each rank takes whole question groups; change "
+            f"questions_per_step or torchrun's --nproc-per-node / the number of nodes"
+        )
+    per_rank = config.completions_per_step // world_size
+    micro = math.gcd(config.micro_batch, per_rank)
+    return micro, per_rank // micro
+
+
 def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: bool):
     """The TRL ``GRPOConfig`` for ``config``.
+
+    Under a distributed launch each rank's batch is :func:`rank_batch`, and on CPU the process
+    group uses gloo (CUDA: nccl, accelerate's default).
 
     The warm-up goes to transformers as a whole number of optimiser steps,
     ``ceil(steps * warmup_ratio)`` (what transformers 5 derives from a ratio): a float
@@ -232,10 +266,10 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
     every version. transformers' ``constant`` schedule ignores the warm-up, so a
     warm-up with ``lr_scheduler: constant`` uses ``constant_with_warmup``.
     """
-    import math
-
     trl = require("trl", "train", "GRPO training")
     gen = config.generation
+    launch = ranks.current()
+    micro, accumulation = rank_batch(config, launch.world_size)
     use_vllm = gen.backend == "vllm"
     if use_vllm and device != "cuda":
         raise ConfigError("generation.backend: vllm needs a GPU; use 'transformers' on CPU")
@@ -245,8 +279,8 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         scheduler = "constant_with_warmup"
     kwargs: dict[str, Any] = {
         "output_dir": str(checkpoint_dir),
-        "per_device_train_batch_size": config.micro_batch,
-        "gradient_accumulation_steps": config.accumulation_steps,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
         "num_generations": config.plans_per_question,
         "max_completion_length": gen.max_completion_length,
         "temperature": gen.temperature,
@@ -279,6 +313,8 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
     }
     if config.gradient_checkpointing:
         kwargs["gradient_checkpointing"] = True
+    if launch.distributed and device == "cpu":
+        kwargs["ddp_backend"] = "gloo"
     if use_vllm:
         kwargs.update(
             vllm_mode=gen.vllm_mode,
@@ -319,6 +355,8 @@ def make_callbacks(
 
     sample_n = config.tracking.sample_plans
     remote = config.checkpoint_uri() if storage.is_s3(config.checkpoint_uri()) else None
+    if not ranks.is_main_process():
+        remote = None  # the trainer saves checkpoints on rank 0; rank 0 uploads them
 
     class _Track(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -430,16 +468,27 @@ def run_stage(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> StageResult:
-    """Run one training stage end to end (resuming from the last checkpoint if there is one)."""
+    """Run one training stage end to end (resuming from the last checkpoint if there is one).
+
+    Under a distributed launch (:mod:`conductor_core.train.ranks`) every rank trains; ranks other
+    than 0 track nothing (``tracker`` is replaced by a :class:`NoopTracker`), write no outputs
+    and log one line at the end; their result's ``run_id`` is None.
+    """
     from conductor_core.train import storage
     from conductor_core.train.data import build_dataset, stage_options
     from conductor_core.train.exploration import routing_exploration
 
-    say = log or (lambda msg: None)
+    launch = ranks.current()
+    main = launch.is_main
+    tell = log or _quiet
+    say = tell if main else _quiet  # other ranks: one line at the end
+    if not main:
+        tracker = NoopTracker()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = config.output_path()
     out.mkdir(parents=True, exist_ok=True)
-    config.to_yaml(out / "config.yaml")
+    if main:
+        config.to_yaml(out / "config.yaml")
     point = storage.find_resume_point(config)
     tracker = tracker or make_tracker(config, resume=point.exists)
     started = time.perf_counter()
@@ -450,15 +499,29 @@ def run_stage(
     try:
         require("trl", "train", "GRPO training")
         device = resolve_device(config)
-        train, by_id, pool = load_inputs(config)
-        tracker.log_params(
-            {
-                **config.flat(),
-                **{f"pool.{k}": v for k, v in _flat_pool(pool).items()},
-                "data.train_problems": len(train),
-            }
-        )
-        model, tokenizer = prepare_model(config, train, len(pool.workers), device, say)
+        ranks.init_distributed(device)
+        # This node's local main prepares the files (tiny model, warm-up, a checkpoint from S3)
+        # first; the node's other ranks then find them.
+        with ranks.local_main_first():
+            train, by_id, pool = load_inputs(config)
+            tracker.log_params(
+                {
+                    **config.flat(),
+                    **{f"pool.{k}": v for k, v in _flat_pool(pool).items()},
+                    "data.train_problems": len(train),
+                }
+            )
+            model, tokenizer = prepare_model(config, train, len(pool.workers), device, say)
+            if not launch.is_local_main:
+                point = storage.find_resume_point(config)  # what the local main downloaded
+            local_ckpt = point.local_dir
+            local_ckpt.mkdir(parents=True, exist_ok=True)
+            resume = point.local
+            if point.remote:
+                say(f"resume: downloading {point.remote} from {config.checkpoint_uri()}")
+                resume = storage.download_checkpoint(
+                    config.checkpoint_uri(), point.remote, local_ckpt
+                )
         dataset = build_dataset(train, len(pool.workers), config)
         rounds = RoundState() if config.stage == "recursive" else None
         reward = ConductorReward(
@@ -471,12 +534,6 @@ def run_stage(
             cost_weight=config.reward.cost_weight,
             truncation=truncation_rule(config, tokenizer),
         )
-        local_ckpt = point.local_dir
-        local_ckpt.mkdir(parents=True, exist_ok=True)
-        resume = point.local
-        if point.remote:
-            say(f"resume: downloading {point.remote} from {config.checkpoint_uri()}")
-            resume = storage.download_checkpoint(config.checkpoint_uri(), point.remote, local_ckpt)
         if resume is not None:
             say(f"resume: from {resume}")
         history: list[dict[str, float]] = []
@@ -490,45 +547,43 @@ def run_stage(
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         finally:
             stop_reward_loop(trainer)
+        steps = int(trainer.state.global_step)
         model_dir = out / MODEL_DIR
-        final = trainer.model
-        if config.lora.enabled and hasattr(final, "merge_and_unload"):
-            final = final.merge_and_unload()
-        final.save_pretrained(model_dir)
-        tokenizer.save_pretrained(model_dir)
-        save_prompt_spec(
-            model_dir, config.data.prompt_style, config.generation.max_completion_length
-        )
-        if config.model_uri:
-            from conductor_core.track.storage import Storage
-
-            say(f"model: copying to {config.model_uri}")
-            Storage().upload_dir(model_dir, config.model_uri)
+        if main:
+            _save_outputs(config, trainer, tokenizer, model_dir, say)
         summary = summarize_history(history)
         summary.update(
             stage=config.stage,
-            steps=int(trainer.state.global_step),
+            steps=steps,
             seconds=round(time.perf_counter() - started, 1),
             model_dir=str(model_dir),
             resumed_from=str(resume) if resume else None,
         )
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        (out / "history.json").write_text(json.dumps(history) + "\n", encoding="utf-8")
-        tracker.log_table(samples, "sample_plans.json")
-        tracker.log_artifact(out / SUMMARY_FILE)
-        tracker.log_artifact(out / "config.yaml")
-        if config.tracking.log_model and config.tracking.backend != "none":
-            tracker.log_model(
-                model_dir,
-                registered_name=config.tracking.registered_model,
-                alias=config.tracking.alias,
+        if main:
+            (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            (out / "history.json").write_text(json.dumps(history) + "\n", encoding="utf-8")
+            tracker.log_table(samples, "sample_plans.json")
+            tracker.log_artifact(out / SUMMARY_FILE)
+            tracker.log_artifact(out / "config.yaml")
+            if config.tracking.log_model and config.tracking.backend != "none":
+                tracker.log_model(
+                    model_dir,
+                    registered_name=config.tracking.registered_model,
+                    alias=config.tracking.alias,
+                )
+        if launch.distributed:
+            ranks.wait_for_everyone()  # every rank returns once rank 0's outputs exist
+            tell(
+                f"{launch.label()}: trained {steps} steps, its reward scored {reward.calls} "
+                f"batches of plans; "
+                + ("wrote the model and tracked the run" if main else "rank 0 writes the outputs")
             )
         status = "FINISHED"
         return StageResult(
             stage=config.stage,
             output_dir=out,
             model_dir=model_dir,
-            steps=int(trainer.state.global_step),
+            steps=steps,
             seconds=time.perf_counter() - started,
             resumed_from=str(resume) if resume else None,
             run_id=tracker.run_id,
@@ -537,6 +592,28 @@ def run_stage(
         )
     finally:
         tracker.finish(status)
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0: the main process says it once."""
+
+
+def _save_outputs(
+    config: StageConfig, trainer: Any, tokenizer: Any, model_dir: Path, say: Callable[[str], None]
+) -> None:
+    """The final model folder (LoRA merged), its prompt spec and its copy at ``model_uri``
+    (the main process only)."""
+    final = trainer.model
+    if config.lora.enabled and hasattr(final, "merge_and_unload"):
+        final = final.merge_and_unload()
+    final.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    save_prompt_spec(model_dir, config.data.prompt_style, config.generation.max_completion_length)
+    if config.model_uri:
+        from conductor_core.track.storage import Storage
+
+        say(f"model: copying to {config.model_uri}")
+        Storage().upload_dir(model_dir, config.model_uri)
 
 
 def summarize_history(history: list[dict[str, float]], window: int = 5) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def test_data_eval_and_report_components_chain(tmp_path):
     assert final["total"] == 480 and dataset.metadata["train"] == 432
     report = out(dsl.HTML, tmp_path / "report.html")
     summary = out(dsl.Markdown, tmp_path / "summary.md")
-    assert validate.python_func(dataset=dataset, report=report, summary=summary) == 480
+    checked = validate.python_func(dataset=dataset, report=report, summary=summary)
+    assert (checked.problems, checked.passed, checked.reason) == (480, True, "")
     assert Path(report.path).read_text().lower().count("<table") >= 1
 
     shards = []
@@ -91,5 +92,82 @@ def test_data_eval_and_report_components_chain(tmp_path):
         "mixture of agents",
     ]
     assert metrics.metadata["conductor/accuracy"] == round(table["rows"][0]["accuracy"], 6)
-    assert "| trained Conductor |" in Path(md.path).read_text()
+    summary_md = Path(md.path).read_text()
+    assert "| trained Conductor |" in summary_md
+    # the plots render in the UI's Markdown view: inline, not links to files it cannot see
+    assert summary_md.count("](data:image/png;base64,") == 3
+    assert ".png)" not in summary_md
     assert "<html" in Path(html.path).read_text().lower()
+
+
+def _broken_dataset(tmp_path: Path) -> Path:
+    """A curated dataset whose first training problem has no reference answer."""
+    from conductor_core.pipeline.data_steps import curate_step
+    from conductor_core.tasks.problem import read_problems, write_parquet
+
+    folder = tmp_path / "broken"
+    curate_step("pipeline", folder, log=lambda _: None)
+    problems = read_problems(folder / "train.parquet")
+    problems[0] = problems[0].model_copy(update={"reference": ""})
+    write_parquet(problems, folder / "train.parquet")
+    return folder
+
+
+def test_a_failing_data_gate_keeps_the_report_as_an_output_artifact(tmp_path):
+    """On KFP's local runner: validate succeeds with its report on failing data, the gate after
+    it fails the run with the reason, and the report artifact is there afterwards (in a cluster
+    a failed task's outputs are never uploaded, so the report must come from a task that
+    succeeds)."""
+    import kfp.local
+    import pytest
+
+    from components.gate import gate
+    from components.validate import validate
+
+    broken = _broken_dataset(tmp_path)
+
+    @dsl.pipeline(name="data-check")
+    def gated():
+        data = dsl.importer(artifact_uri=str(broken), artifact_class=dsl.Dataset)
+        checked = validate(dataset=data.output)
+        gate(passed=checked.outputs["passed"], reason=checked.outputs["reason"])
+
+    root = tmp_path / "kfp"
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    with pytest.raises(RuntimeError, match=r"Inner task failed: \S*'gate'"):
+        gated()
+    reports = sorted(root.glob("*/validate/report"))
+    summaries = sorted(root.glob("*/validate/summary"))
+    assert len(reports) == len(summaries) == 1
+    assert "Validation FAILED" in summaries[0].read_text()
+    assert "<table" in reports[0].read_text().lower()
+
+
+def test_resolve_model_turns_an_alias_into_the_version_it_points_at(tmp_path, monkeypatch):
+    """The evaluation pipeline's uncached first task: a moved alias gives another version, so
+    the cached shards after it are run afresh."""
+    from components.resolve_model import resolve_model
+    from conductor_core.track.registry import register_version, resolve_model_uri
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text('{"model_type": "qwen2"}')
+    first = register_version(weights, "it-resolve")
+    second = register_version(weights, "it-resolve")
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    client.set_registered_model_alias("it-resolve", "champion", first)
+    alias = "models:/it-resolve@champion"
+    assert resolve_model.python_func(conductor=alias) == f"models:/it-resolve/{first}"
+    client.set_registered_model_alias("it-resolve", "champion", second)
+    assert resolve_model.python_func(conductor=alias) == f"models:/it-resolve/{second}"
+    assert resolve_model_uri("models:/it-resolve/1", tracking_uri=uri) == "models:/it-resolve/1"
+    import pytest
+
+    from conductor_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no version of the registered model 'it-resolve'"):
+        resolve_model_uri("models:/it-resolve@nobody", tracking_uri=uri)

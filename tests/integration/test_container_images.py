@@ -137,3 +137,43 @@ def test_serve_image_answers_the_openai_api(client):
         assert answer["choices"][0]["message"]["content"]
     finally:
         container.remove(force=True)
+
+
+SANDBOX_MODE = (
+    "import json; from conductor_core.tasks.sandbox import isolation_report; "
+    "print(json.dumps(isolation_report()['mode']))"
+)
+
+
+def test_the_code_sandbox_keeps_its_namespaces_only_with_the_pods_sandbox_settings(
+    client, tmp_path
+):
+    """Graders run model-written code in training and evaluation pods. With the pods' default
+    security (Docker's seccomp profile, masked /proc) bwrap cannot create namespaces and the
+    sandbox refuses to run code; with the sandbox settings the compiled pods ask for
+    (seccomp Unconfined, procMount Unmasked), which the rehearsal maps to Docker's options, it
+    keeps them."""
+    from conductor_core.cluster.settings import load_cluster_settings
+    from pipelines.containers import sandbox_security_options
+    from pipelines.registry import compile_pipeline
+
+    image = image_or_skip(client, "base")
+    sandbox = {
+        "seccomp_profile": {"type": "Unconfined"},
+        "proc_mount": "Unmasked",
+        "host_users": False,
+    }
+    settings = load_cluster_settings(None, overrides={"cpu_train": {"sandbox": sandbox}})
+    compiled = compile_pipeline("training", tmp_path / "training.yaml", settings=settings)
+    options = sandbox_security_options(compiled)
+    assert options == ["seccomp=unconfined", "systempaths=unconfined"]
+
+    def mode(extra: list[str]) -> str:
+        args = {**POD_LIKE, "security_opt": [*POD_LIKE["security_opt"], *extra]}
+        out = client.containers.run(
+            image, ["-c", SANDBOX_MODE], entrypoint=["python"], remove=True, **args
+        )
+        return json.loads(out.decode().strip().splitlines()[-1])
+
+    assert mode([]) == "refused"
+    assert mode(options) in ("bwrap", "zygote")

@@ -252,3 +252,122 @@ def test_conductor_pipeline_submit_uploads_the_compiled_training_pipeline(
     (run_req,) = standin.requests_to("POST", f"{API}/runs")
     assert run_req.json()["runtime_config"]["parameters"] == {"base_steps": 50, "profile": "tiny"}
     assert printed["run_id"] in standin.runs
+
+
+# -- the run's service account (issue 24, 3.4) --------------------------------------------------
+
+
+def test_service_account_reaches_the_run_request(package: Path, standin: KfpStandIn) -> None:
+    result = submit(
+        package, host=standin.host, pipeline_name=PIPELINE, service_account="default-editor"
+    )
+    (run_req,) = standin.requests_to("POST", f"{API}/runs")
+    assert run_req.json()["service_account"] == "default-editor"
+    assert standin.runs[result.run_id]["service_account"] == "default-editor"
+    assert result.service_account == "default-editor"
+
+
+def test_without_a_service_account_the_run_leaves_it_to_kfp(
+    package: Path, standin: KfpStandIn
+) -> None:
+    result = submit(package, host=standin.host, pipeline_name=PIPELINE)
+    (run_req,) = standin.requests_to("POST", f"{API}/runs")
+    assert "service_account" not in run_req.json()  # KFP's default: pipeline-runner etc.
+    assert result.service_account == ""
+
+
+def test_an_invalid_service_account_is_refused_before_anything_is_sent(
+    package: Path, standin: KfpStandIn
+) -> None:
+    with pytest.raises(SubmitError, match="not a valid Kubernetes name"):
+        submit(package, host=standin.host, pipeline_name=PIPELINE, service_account="Bad_Name")
+    assert standin.requests == []
+
+
+def test_conductor_pipeline_submit_passes_the_service_account(
+    standin: KfpStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from conductor_core.cli import main
+
+    main(
+        [
+            "pipeline",
+            "submit",
+            "curation",
+            "--host",
+            standin.host,
+            "--service-account",
+            "pipeline-runner",
+        ]
+    )
+    printed = json.loads(capsys.readouterr().out)
+    (run_req,) = standin.requests_to("POST", f"{API}/runs")
+    assert run_req.json()["service_account"] == "pipeline-runner"
+    assert printed["service_account"] == "pipeline-runner"
+    assert printed["server_version"] == "2.16.1"
+
+
+# -- the server's version (issue 24, 3.6) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("via_ui", [False, True], ids=["api-server", "ui-server"])
+def test_an_older_kfp_backend_is_refused_with_the_reason(package: Path, via_ui: bool) -> None:
+    with KfpStandIn(tag_name="2.5.0", via_ui=via_ui) as server:
+        with pytest.raises(SubmitError) as info:
+            submit(package, host=server.host, pipeline_name=PIPELINE)
+        message = str(info.value)
+        assert message.startswith(f"Kubeflow Pipelines at {server.host} is version 2.5.0")
+        assert "2.14.0 or newer" in message and "ParallelFor" in message
+        assert "\n" not in message
+        # nothing but the healthz probe reached the server
+        assert [r.path for r in server.requests] == [f"{API}/healthz"]
+        assert not server.pipelines and not server.runs
+
+
+@pytest.mark.parametrize(
+    ("tag", "via_ui"),
+    [("2.14.0", False), ("2.14.0", True), ("v2.15.0", False), ("2.16.1", True)],
+)
+def test_the_minimum_and_newer_backends_are_accepted(package: Path, tag: str, via_ui: bool) -> None:
+    with KfpStandIn(tag_name=tag, via_ui=via_ui) as server:
+        result = submit(package, host=server.host, pipeline_name=PIPELINE)
+        assert result.run_id in server.runs
+        assert result.server_version == tag
+
+
+def test_a_backend_without_a_version_gets_a_warning_and_the_run(
+    package: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pipelines.submit")
+    with KfpStandIn(tag_name=None) as server:
+        result = submit(package, host=server.host, pipeline_name=PIPELINE)
+        assert result.run_id in server.runs
+    assert result.server_version == ""
+    (record,) = [
+        r for r in caplog.records if r.name == "pipelines.submit" and r.levelname == "WARNING"
+    ]
+    assert "reports no version ('unknown')" in record.getMessage()
+    assert "2.14.0 or newer" in record.getMessage()
+
+
+def test_the_standin_answers_healthz_as_the_kfp_servers_do() -> None:
+    """The shapes of backend/src/apiserver/main.go and frontend/server/handlers/healthz.ts."""
+    import json
+    import urllib.request
+
+    def get(server: KfpStandIn, path: str) -> dict:
+        with urllib.request.urlopen(server.host + path, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    with KfpStandIn(tag_name="2.14.0") as api, KfpStandIn(tag_name="2.14.0", via_ui=True) as ui:
+        v2 = get(api, f"{API}/healthz")
+        assert set(v2) == {"commit_sha", "tag_name", "multi_user", "pipeline_store"}
+        assert v2["tag_name"] == "2.14.0"
+        assert set(get(api, "/apis/v1beta1/healthz")) == {"commit_sha", "tag_name", "multi_user"}
+        from_ui = get(ui, f"{API}/healthz")
+        assert from_ui["apiServerTagName"] == "2.14.0" and from_ui["apiServerReady"] is True
+        assert "tag_name" not in from_ui
+    with KfpStandIn(tag_name=None) as dev:
+        assert get(dev, f"{API}/healthz")["tag_name"] == "unknown"

@@ -28,16 +28,38 @@ def test_cluster_settings_change_the_compiled_pods(tmp_path):
     user.write_text(
         "gpu:\n  accelerator_count: 2\n  accelerator_type: nvidia-h100-80gb\n"
         "  node_selector: {pool: gpu-a}\n"
+        "artifact_root: s3://team/conductor\ns3_endpoint: http://minio.minio:9000\n"
+        "shared_paths: [/workspace]\n"
     )
     path = compile_pipeline(
         "training", tmp_path / "t.yaml", settings=load_cluster_settings(user), eval_parallelism=7
     )
     spec, platform = yaml.safe_load_all(Path(path).read_text())
-    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    # every task at any depth (the exit handler, the branches of each stage, the loops)
+    tasks = {
+        name: task
+        for comp in [spec["root"], *spec["components"].values()]
+        for name, task in comp.get("dag", {}).get("tasks", {}).items()
+    }
+    # the GPU profiles' training tasks (train-gpu; tiny trains on CPU: train)
+    train = spec["deploymentSpec"]["executors"]["exec-train-gpu"]["container"]
     assert int(train["resources"]["accelerator"]["resourceCount"]) == 2
-    labels = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"][
+    labels = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-gpu"][
         "nodeSelector"
     ]["labels"]
     assert labels == {"pool": "gpu-a", "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
-    loop = next(t for t in spec["root"]["dag"]["tasks"].values() if "parameterIterator" in t)
-    assert loop["iteratorPolicy"]["parallelismLimit"] == 7
+    loops = [t for t in tasks.values() if "parameterIterator" in t]
+    assert loops and all(loop["iteratorPolicy"]["parallelismLimit"] == 7 for loop in loops)
+    # the storage settings: the check's rules, and the endpoint and default root on every task
+    check = tasks["check-params"]["inputs"]["parameters"]
+    assert check["default_artifact_root"]["runtimeValue"]["constant"] == "s3://team/conductor"
+    assert check["shared_paths"]["runtimeValue"]["constant"] == ["/workspace"]
+    assert check["s3_secret"]["runtimeValue"]["constant"] == "conductor-s3"
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name, executor in spec["deploymentSpec"]["executors"].items():
+        env = {e["name"]: e["value"] for e in executor["container"].get("env", [])}
+        assert env.get("AWS_ENDPOINT_URL") == "http://minio.minio:9000", name
+        assert env.get("MLFLOW_S3_ENDPOINT_URL") == "http://minio.minio:9000", name
+        assert env.get("CONDUCTOR_ARTIFACT_ROOT") == "s3://team/conductor", name
+        s3 = [s for s in executors[name]["secretAsEnv"] if s["secretName"] == "conductor-s3"]
+        assert s3 and s3[0]["optional"] is False, name

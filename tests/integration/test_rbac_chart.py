@@ -1,6 +1,8 @@
 """The conductor-training-rbac Helm chart: ``helm lint``, ``helm template`` validated strictly
-against the Kubernetes schemas, and a Role that grants every call the TrainJob launcher makes (its
-values read without helm: tests/unit/test_rbac_chart.py)."""
+against the Kubernetes schemas, a Role that grants every call the TrainJob launcher makes, bound
+to the account Kubeflow Pipelines runs the tasks as (``pipeline-runner`` standalone,
+``default-editor`` multi-user, or a named one) (its values read without helm:
+tests/unit/test_rbac_chart.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ LAUNCHER_CALLS = [
     ("trainer.kubeflow.org", "trainjobs", "get"),
     ("trainer.kubeflow.org", "trainjobs", "list"),
     ("trainer.kubeflow.org", "trainjobs", "watch"),
+    ("trainer.kubeflow.org", "trainjobs", "patch"),  # a retried task adds its pod as an owner
     ("trainer.kubeflow.org", "trainjobs", "delete"),
     ("", "configmaps", "create"),
     ("", "configmaps", "patch"),
@@ -30,10 +33,16 @@ LAUNCHER_CALLS = [
 ]
 
 
-def template(helm: Path, home: Path, *args: str) -> list[dict[str, Any]]:
-    done = run_helm(helm, ["template", "rel", str(CHART), "--namespace", "team-a", *args], home)
+def template(helm: Path, home: Path, *args: str, namespace: str = "team-a") -> list[dict[str, Any]]:
+    done = run_helm(helm, ["template", "rel", str(CHART), "--namespace", namespace, *args], home)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds = {doc["kind"]: doc for doc in docs}
+    assert len(kinds) == len(docs)
+    return kinds
 
 
 def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
@@ -55,8 +64,12 @@ def test_rendered_manifests_validate_strictly(helm, tmp_path) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     variants = [
         (),
-        ("--set", "serviceAccount.create=false", "--set", "readTrainingRuntimes=false"),
+        ("--set", "kfp.mode=multi-user", "--set", "readTrainingRuntimes=false"),
         (
+            "--set",
+            "serviceAccount.create=true",
+            "--set",
+            "serviceAccount.name=conductor-runner",
             "--set",
             "extraSubjects[0].kind=ServiceAccount",
             "--set",
@@ -78,45 +91,82 @@ def test_rendered_manifests_validate_strictly(helm, tmp_path) -> None:
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
 
 
-def test_role_grants_what_the_launcher_calls_and_binds_the_service_account(helm, tmp_path) -> None:
-    docs = template(helm, tmp_path)
-    kinds = {doc["kind"]: doc for doc in docs}
-    assert set(kinds) == {"ServiceAccount", "Role", "RoleBinding"}
-    role, binding, account = kinds["Role"], kinds["RoleBinding"], kinds["ServiceAccount"]
+def test_role_grants_what_the_launcher_calls_and_binds_kfps_runner(helm, tmp_path) -> None:
+    from conductor_core.cluster.settings import ClusterSettings
+
+    kinds = by_kind(template(helm, tmp_path, namespace="kubeflow"))
+    assert set(kinds) == {"Role", "RoleBinding"}  # KFP's account exists: bound, not created
+    role, binding = kinds["Role"], kinds["RoleBinding"]
     for group, resource, verb in LAUNCHER_CALLS:
         assert grants(role, group, resource, verb), (group, resource, verb)
     # least privilege: nothing cluster-wide, no wildcards, no secrets
     assert all("*" not in rule["verbs"] + rule["resources"] for rule in role["rules"])
     assert not any("secrets" in rule["resources"] for rule in role["rules"])
-    assert role["metadata"]["namespace"] == "team-a"
+    assert role["metadata"]["namespace"] == "kubeflow"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
         "name": role["metadata"]["name"],
     }
+    # standalone KFP (the default) runs every task as pipeline-runner in its own namespace
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "team-a"}
+        {"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}
     ]
-    assert account["metadata"]["name"] == "conductor-pipeline"  # ClusterSettings default
+    assert ClusterSettings.model_fields["service_account"].default == "pipeline-runner"
 
 
-def test_existing_service_account_is_bound_not_created(helm, tmp_path) -> None:
-    docs = template(
-        helm,
-        tmp_path,
-        "--set",
-        "serviceAccount.create=false",
-        "--set",
-        "serviceAccount.name=default-editor",
+def test_multi_user_binds_default_editor_in_the_profile_namespace(helm, tmp_path) -> None:
+    kinds = by_kind(
+        template(helm, tmp_path, "--set", "kfp.mode=multi-user", namespace="kubeflow-user-a")
     )
-    kinds = {doc["kind"]: doc for doc in docs}
-    assert "ServiceAccount" not in kinds
-    assert kinds["RoleBinding"]["subjects"][0]["name"] == "default-editor"
+    assert set(kinds) == {"Role", "RoleBinding"}
+    assert kinds["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "default-editor", "namespace": "kubeflow-user-a"}
+    ]
+    assert kinds["Role"]["metadata"]["namespace"] == "kubeflow-user-a"
+
+
+def test_a_named_account_is_bound_and_created_only_when_asked(helm, tmp_path) -> None:
+    named = by_kind(template(helm, tmp_path, "--set", "serviceAccount.name=conductor-runner"))
+    assert "ServiceAccount" not in named
+    assert named["RoleBinding"]["subjects"][0]["name"] == "conductor-runner"
+
+    created = by_kind(
+        template(
+            helm,
+            tmp_path,
+            "--set",
+            "serviceAccount.name=conductor-runner",
+            "--set",
+            "serviceAccount.create=true",
+            "--set",
+            "kfp.mode=multi-user",  # a name wins over the mode's default
+        )
+    )
+    account = created["ServiceAccount"]
+    assert account["metadata"] == {
+        **account["metadata"],
+        "name": "conductor-runner",
+        "namespace": "team-a",
+    }
+    assert created["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "conductor-runner", "namespace": "team-a"}
+    ]
+
+
+def test_creating_an_account_needs_its_name(helm, tmp_path) -> None:
+    done = run_helm(
+        helm, ["template", "rel", str(CHART), "--set", "serviceAccount.create=true"], tmp_path
+    )
+    assert done.returncode != 0
+    assert "serviceAccount.name" in done.stderr
 
 
 def test_values_schema_rejects_typos(helm, tmp_path) -> None:
-    done = run_helm(
-        helm, ["template", "rel", str(CHART), "--set", "serviceAccount.nmae=x"], tmp_path
-    )
-    assert done.returncode != 0
-    assert "nmae" in done.stderr
+    for args, word in (
+        (["--set", "serviceAccount.nmae=x"], "nmae"),
+        (["--set", "kfp.mode=single-user"], "kfp.mode"),
+    ):
+        done = run_helm(helm, ["template", "rel", str(CHART), *args], tmp_path)
+        assert done.returncode != 0
+        assert word in done.stderr

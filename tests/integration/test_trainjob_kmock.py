@@ -453,3 +453,205 @@ def test_a_cancel_whose_exception_was_lost_still_stops_the_wait(cluster, api) ->
     finally:
         launch.delete()
     assert get_job(api, manifests.name) is None
+
+
+# -- ownership: the TrainJob goes away with its task's pod (issue 24, 3.9) -----------------------
+
+POD_ENV = ("POD_NAME", "POD_UID", "POD_NAMESPACE")
+
+
+def create_task_pod(api: client.ApiClient, name: str, namespace: str = NS) -> dict[str, str]:
+    """The launching task's pod (kmock assigns no uid: the test gives one, as the API server
+    would) and the downward-API environment KFP gives the task (expose_pod_identity)."""
+    uid = str(uuid.uuid4())
+    client.CoreV1Api(api).create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "spec": {"containers": [{"name": "main", "image": "x"}]},
+        },
+    )
+    return {"POD_NAME": name, "POD_UID": uid, "POD_NAMESPACE": namespace}
+
+
+def pod_uid(api: client.ApiClient, name: str) -> str | None:
+    try:
+        return client.CoreV1Api(api).read_namespaced_pod(name, NS).metadata.uid
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def collected(api: client.ApiClient, metadata: dict[str, Any]) -> bool:
+    """Whether Kubernetes' garbage collector would delete an object with this metadata: it has
+    owners and none of them exists any more (an owner is identified by name *and* uid, in the
+    object's namespace)."""
+    owners = metadata.get("ownerReferences") or []
+    pods = [ref for ref in owners if ref["apiVersion"] == "v1" and ref["kind"] == "Pod"]
+    assert len(pods) == len(owners), owners
+    return bool(owners) and all(pod_uid(api, ref["name"]) != ref["uid"] for ref in owners)
+
+
+def test_trainjob_and_configmap_are_owned_by_the_launching_pod(
+    cluster, api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pod = f"train-base-{uuid.uuid4().hex[:6]}-impl"
+    for key, value in create_task_pod(api, pod).items():
+        monkeypatch.setenv(key, value)
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+    seen: list[dict[str, Any]] = []
+
+    def steps() -> None:
+        seen.append(get_job(api, name))
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+
+    uid = pod_uid(api, pod)
+    expected = [
+        {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid, "blockOwnerDeletion": False}
+    ]
+    job = get_job(api, name)
+    assert seen[0]["metadata"]["ownerReferences"] == expected  # from its creation on
+    assert job["metadata"]["ownerReferences"] == expected
+    configmap = get_configmap(api, f"{name}-config")
+    # (kmock gives the TrainJob no uid, so the ConfigMap keeps the pod as its owner; on a real
+    # API server the launcher then makes the TrainJob its owner)
+    assert [ref.uid for ref in configmap.metadata.owner_references] == [uid]
+
+    # the pipeline run's pods are deleted: the job and its ConfigMap have no owner left
+    assert not collected(api, job["metadata"])
+    client.CoreV1Api(api).delete_namespaced_pod(pod, NS)
+    assert collected(api, job["metadata"])
+    assert collected(api, client.ApiClient().sanitize_for_serialization(configmap.metadata))
+
+
+def test_a_local_run_sets_no_owner(cluster, api, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in POD_ENV:
+        monkeypatch.delenv(key, raising=False)
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert "ownerReferences" not in get_job(api, name)["metadata"]
+    assert not get_configmap(api, f"{name}-config").metadata.owner_references
+
+
+def test_a_pod_in_another_namespace_owns_nothing(
+    cluster, api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in create_task_pod(api, "elsewhere-impl", namespace="kubeflow").items():
+        monkeypatch.setenv(key, value)
+    settings = make_settings(stream_logs=False)  # the TrainJob goes to NS, not kubeflow
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    lines: list[str] = []
+    launch_and_wait(request, settings, api_client=api, log=lines.append)
+    thread.join(5)
+    assert not errors, errors
+    assert "ownerReferences" not in get_job(api, name)["metadata"]
+    assert any("will not be owned by the pod" in line for line in lines), lines
+
+
+def test_a_retried_task_adds_its_pod_as_a_second_owner(
+    cluster, api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor_core.cluster.trainjob import owner_pod_from_env
+
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    first = create_task_pod(api, f"try-1-{uuid.uuid4().hex[:6]}")
+    manifests = build_manifests(request, settings, owner=owner_pod_from_env(first))
+    client.CoreV1Api(api).create_namespaced_config_map(NS, manifests.configmap)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *GROUP_VERSION, NS, TRAINJOB_PLURAL, manifests.trainjob
+    )
+    second = create_task_pod(api, f"try-2-{uuid.uuid4().hex[:6]}")
+    for key, value in second.items():
+        monkeypatch.setenv(key, value)
+
+    def steps() -> None:
+        time.sleep(0.3)
+        set_conditions(api, manifests.name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, manifests.name, steps)
+    result = launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert result.attached is True
+    job = get_job(api, manifests.name)
+    owners = job["metadata"]["ownerReferences"]
+    assert [(ref["name"], ref["uid"]) for ref in owners] == [
+        (first["POD_NAME"], first["POD_UID"]),
+        (second["POD_NAME"], second["POD_UID"]),
+    ]
+    # the first try's pod goes: the job stays for the retry that waits on it
+    client.CoreV1Api(api).delete_namespaced_pod(first["POD_NAME"], NS)
+    assert not collected(api, job["metadata"])
+    client.CoreV1Api(api).delete_namespaced_pod(second["POD_NAME"], NS)
+    assert collected(api, job["metadata"])
+
+
+# -- the minimum Trainer (issue 24, 3.6) -------------------------------------------------------
+
+
+def test_a_trainer_without_runtime_patches_is_refused_naming_the_version(cluster, api) -> None:
+    """A Trainer older than 2.2 (TrainJob API without runtimePatches) behind the API server:
+    under strict field validation it refuses the job; without it, it would silently drop the
+    patches (tolerations, volumes) and the job would run wrongly."""
+    namespace = "old-trainer"
+    received: list[Any] = []
+
+    def old_api_server(request: Any) -> Any:
+        received.append(request)
+        body = request.data or {}
+        if request.params.get("fieldValidation") == "Strict" and "runtimePatches" in body.get(
+            "spec", {}
+        ):
+            return kmock.Response(
+                status=400,
+                payload={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": 'TrainJob in version "v1alpha1" cannot be handled as a TrainJob: '
+                    'strict decoding error: unknown field "spec.runtimePatches"',
+                    "reason": "BadRequest",
+                    "code": 400,
+                },
+            )
+        dropped = {**body, "spec": {k: v for k, v in body["spec"].items() if k != "runtimePatches"}}
+        return kmock.Response(status=201, payload=dropped)
+
+    cluster.km[
+        f"post /apis/{TRAINER_GROUP}/{TRAINER_VERSION}/namespaces/{namespace}/trainjobs"
+    ] << (old_api_server)
+    settings = make_settings(stream_logs=False)
+    with pytest.raises(ClusterError) as info:
+        launch_and_wait(
+            make_request(), settings, api_client=api, namespace=namespace, log=lambda _: None
+        )
+    message = str(info.value)
+    assert "Kubeflow Trainer 2.2.0 or newer is needed" in message
+    assert 'unknown field "spec.runtimePatches"' in message
+    assert len(received) == 1 and received[0].params["fieldValidation"] == "Strict"

@@ -6,7 +6,12 @@ the official client against this loopback server instead. It speaks the real pro
 ``v2beta1`` API, as generated into ``kfp_server_api`` and served by the KFP backend
 (``backend/src/apiserver/server/pipeline_upload_server.go`` and the grpc-gateway routes):
 
-* ``GET  /apis/v2beta1/healthz``
+* ``GET  /apis/v2beta1/healthz`` (and ``/apis/v1beta1/healthz``): as the API server answers it
+  (``backend/src/apiserver/main.go``: ``{"commit_sha", "tag_name", "multi_user",
+  "pipeline_store"}``, ``tag_name`` being the release, e.g. ``2.14.0``, or ``unknown`` when the
+  image was built without one), or with ``via_ui=True`` as the KFP UI's server answers the same
+  path (``frontend/server/handlers/healthz.ts``: ``apiServerTagName``, ``apiServerCommitHash``,
+  ``apiServerMultiUser``, ``multi_user``, ``apiServerReady``, ``frontendTagName``, ...);
 * ``POST /apis/v2beta1/pipelines/upload`` (multipart ``uploadfile``; query ``name``,
   ``display_name``, ``description``, ``namespace``): creates a pipeline and its first version,
   named after the pipeline; 409 when the name is taken;
@@ -16,8 +21,8 @@ the official client against this loopback server instead. It speaks the real pro
   ``GET /apis/v2beta1/pipelines/{id}/versions`` (newest first);
 * ``POST /apis/v2beta1/experiments`` (409 for a taken name) and ``GET /apis/v2beta1/experiments``;
 * ``POST /apis/v2beta1/runs`` (checks the experiment, the pipeline version reference and that every
-  run parameter is an input of the pipeline, as the real server does) and
-  ``GET /apis/v2beta1/runs/{id}``.
+  run parameter is an input of the pipeline, as the real server does; the run keeps the body's
+  ``service_account``) and ``GET /apis/v2beta1/runs/{id}``.
 
 Errors have the real shapes: ``{"error_message", "error_details"}`` from the upload handlers,
 ``{"error", "code", "message", "details"}`` (a ``google.rpc.Status``) from the others. Uploaded
@@ -152,9 +157,20 @@ class KfpStandIn:
     give ``kfp.Client(host=...)``.
     """
 
-    def __init__(self, *, token: str | None = None, multi_user: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        multi_user: bool = False,
+        tag_name: str | None = "2.16.1",
+        via_ui: bool = False,
+    ) -> None:
         self.token = token
         self.multi_user = multi_user
+        self.tag_name = tag_name
+        """The backend release healthz reports; None = built without one (``unknown``)."""
+        self.via_ui = via_ui
+        """Answer healthz as the KFP UI's server does (the host is the UI, not the API)."""
         self.requests: list[RecordedRequest] = []
         self.pipelines: dict[str, dict[str, Any]] = {}
         self.versions: dict[str, dict[str, Any]] = {}
@@ -273,8 +289,8 @@ class KfpStandIn:
 
     def _route(self, req: RecordedRequest, content_type: str) -> tuple[int, Any]:
         m, p = req.method, req.path
-        if m == "GET" and p == f"{API}/healthz":
-            return 200, {"multi_user": self.multi_user, "pipeline_store": "database"}
+        if m == "GET" and p in (f"{API}/healthz", "/apis/v1beta1/healthz"):
+            return 200, self._healthz(v2=p.startswith(API))
         if m == "POST" and p == f"{API}/pipelines/upload":
             req.files = parse_multipart(content_type, req.body)
             return 200, self._upload_pipeline(req)
@@ -299,6 +315,32 @@ class KfpStandIn:
         raise _HttpError(404, f"stand-in: {m} {p} is not implemented")
 
     # -- resources ---------------------------------------------------------------------------
+    def _healthz(self, *, v2: bool) -> dict[str, Any]:
+        tag = self.tag_name if self.tag_name is not None else "unknown"
+        commit = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c" if self.tag_name else "unknown"
+        if self.via_ui:
+            stats: dict[str, Any] = {
+                "buildDate": "Tue Aug  5 00:00:00 UTC 2025",
+                "frontendCommitHash": commit,
+                "frontendTagName": tag,
+                "apiServerReady": True,
+                "apiServerCommitHash": commit,
+                "apiServerTagName": tag,
+                "apiServerMultiUser": self.multi_user,
+                "multi_user": self.multi_user,
+            }
+            if v2:  # the API server's pipeline_store; undefined (left out) from v1beta1
+                stats["pipelineStore"] = "database"
+            return stats
+        health: dict[str, Any] = {
+            "commit_sha": commit,
+            "tag_name": tag,
+            "multi_user": self.multi_user,
+        }
+        if v2:
+            health["pipeline_store"] = "database"
+        return health
+
     def _upload_file(self, req: RecordedRequest, what: str) -> tuple[str, bytes]:
         if "uploadfile" not in req.files:
             raise _HttpError(400, f"Failed to {what}: no uploadfile part", upload=True)

@@ -119,6 +119,32 @@ def test_validate_step_passes_and_fails_with_a_report(curated, tmp_path):
     assert (tmp_path / "b.md").is_file()  # the report is written either way
 
 
+def test_a_failed_validation_reports_and_the_gate_after_it_stops_the_run(curated, tmp_path):
+    """The pipeline's validate task must succeed with its report (KFP uploads a failed task's
+    outputs nowhere) and say why; the gate task after it fails with that one line."""
+    import shutil
+
+    from conductor_core.pipeline.data_steps import gate_step, validate_step
+    from conductor_core.tasks.problem import read_problems, write_parquet
+
+    out, _ = curated
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    problems = read_problems(broken / "train.parquet")
+    problems[0] = problems[0].model_copy(update={"reference": ""})
+    write_parquet(problems, broken / "train.parquet")
+    html, md = tmp_path / "b.html", tmp_path / "b.md"
+    verdict = validate_step(broken, html, md, log=lambda _: None, raise_on_failure=False)
+    assert verdict["passed"] is False and verdict["problems"] == 480
+    assert verdict["reason"].startswith("dataset broken failed 1 expectation(s): [")
+    assert "\n" not in verdict["reason"]
+    assert "Validation FAILED" in md.read_text() and "<html" in html.read_text().lower()
+    with pytest.raises(ConductorError) as err:
+        gate_step(verdict["passed"], verdict["reason"], log=lambda _: None)
+    assert str(err.value) == verdict["reason"]
+    gate_step(True, "", log=lambda _: None)  # a passed check lets the run go on
+
+
 def test_validate_step_rejects_a_folder_that_is_not_a_dataset(tmp_path):
     from conductor_core.pipeline.data_steps import validate_step
 

@@ -83,3 +83,77 @@ def test_concurrency_env_is_validated(monkeypatch):
     monkeypatch.setattr(sandbox, "_max_concurrency", None)
     with pytest.raises(ConfigError, match="CONDUCTOR_SANDBOX_CONCURRENCY"):
         sandbox.max_concurrency()
+
+
+# ----------------------------------------------- no namespaces: refused unless said in words
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch):
+    """A host where only the rlimits mode is left (bwrap and unshare absent or failing their
+    self-test, as under Docker's default seccomp profile): no process is started."""
+    from conductor_core.tasks.sandbox import local
+
+    def failing_probe(self, mode, code, stdin, limits, files):
+        return SandboxResult("sandbox_error", None, "", "", 0.0, f"{mode}: no namespaces", ())
+
+    monkeypatch.setattr(local, "available_modes", lambda: ["bwrap", "unshare", "rlimits"])
+    monkeypatch.setattr(local.LocalSandbox, "_run_in", failing_probe)
+    monkeypatch.delenv("CONDUCTOR_SANDBOX_FALLBACK", raising=False)
+    monkeypatch.delenv("CONDUCTOR_SANDBOX_ISOLATION", raising=False)
+    return monkeypatch
+
+
+def test_without_namespaces_generated_code_is_refused_naming_the_setting(no_namespaces):
+    box = LocalSandbox()
+    with pytest.raises(ConfigError, match="CONDUCTOR_SANDBOX_FALLBACK=limits-only") as err:
+        box.run("print(1)")
+    assert "bwrap: no namespaces" in str(err.value) and "unshare" in str(err.value)
+    with pytest.raises(ConfigError, match="refusing"):  # again, without testing again
+        box.mode()
+    report = box.report()
+    assert report["mode"] == "refused" and "limits-only" in report["refusal"]
+
+
+def test_a_code_grader_refuses_too(no_namespaces):
+    problem = sandbox_problem()
+    try:
+        sandbox.set_backend(LocalSandbox())
+        from conductor_core.tasks.grading import grade
+
+        with pytest.raises(ConfigError, match="CONDUCTOR_SANDBOX_FALLBACK"):
+            grade(problem, "```python\nprint(input())\n```")
+    finally:
+        sandbox.set_backend(None)
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs"),
+    [
+        ({"CONDUCTOR_SANDBOX_FALLBACK": "limits-only"}, {}),
+        ({}, {"fallback": "limits-only"}),
+        ({"CONDUCTOR_SANDBOX_ISOLATION": "rlimits"}, {}),  # forcing the mode says so too
+    ],
+)
+def test_limits_only_when_the_configuration_says_so(no_namespaces, env, kwargs):
+    for name, value in env.items():
+        no_namespaces.setenv(name, value)
+    assert LocalSandbox(**kwargs).mode() == "rlimits"
+
+
+def test_bad_fallback_setting_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("CONDUCTOR_SANDBOX_FALLBACK", "yes")
+    with pytest.raises(ConfigError, match=r"CONDUCTOR_SANDBOX_FALLBACK.*refuse, limits-only"):
+        LocalSandbox()
+
+
+def sandbox_problem():
+    from conductor_core.tasks.problem import Problem
+
+    return Problem(
+        id="echo",
+        source="t",
+        domain="code",
+        question="Print the input line.",
+        tests={"kind": "stdio", "cases": [{"input": "a\n", "output": "a\n"}]},
+    )

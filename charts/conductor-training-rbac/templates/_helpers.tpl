@@ -15,3 +15,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The service account bound to the Role: serviceAccount.name, else the account Kubeflow Pipelines
+runs a task as when the run names none (KFP's DEFAULTPIPELINERUNNERSERVICEACCOUNT):
+"pipeline-runner" in standalone KFP, "default-editor" in a multi-user profile namespace.
+*/}}
+{{- define "conductor-training-rbac.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.create -}}
+{{- fail "serviceAccount.create needs serviceAccount.name" -}}
+{{- else if eq .Values.kfp.mode "multi-user" -}}
+default-editor
+{{- else -}}
+pipeline-runner
+{{- end -}}
+{{- end -}}

@@ -27,12 +27,13 @@ from conductor_core.tasks.sandbox.backend import (
     get_backend,
     set_backend,
 )
-from conductor_core.tasks.sandbox.local import ISOLATION_ENV, LocalSandbox
+from conductor_core.tasks.sandbox.local import FALLBACK_ENV, ISOLATION_ENV, LocalSandbox
 from conductor_core.tasks.sandbox.types import STATUSES, SandboxLimits, SandboxResult
 
 __all__ = [
     "BACKEND_ENV",
     "CONCURRENCY_ENV",
+    "FALLBACK_ENV",
     "ISOLATION_ENV",
     "STATUSES",
     "LocalSandbox",

@@ -27,6 +27,11 @@ from conductor_core.tasks.sandbox.outcome import RunOutcome, classify, scrubbed_
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
+FALLBACK_ENV = "CONDUCTOR_SANDBOX_FALLBACK"
+"""What ``auto`` isolation does where no mode with namespaces passes its self-test: ``refuse``
+(the default: running generated code raises :class:`ConfigError`) or ``limits-only`` (run it
+under resource limits only, with the network and the host's files reachable)."""
+FALLBACKS = ("refuse", "limits-only")
 # "zygote" (zygote.py) forks each run from a pre-started interpreter inside bubblewrap.
 ALL_MODES = ("zygote", *MODES)
 _READ_CHUNK = 65536
@@ -161,22 +166,41 @@ class LocalSandbox:
     """Runs programs on this host under the strongest isolation that passes its self-test.
 
     ``isolation`` is ``auto`` (default; or the ``CONDUCTOR_SANDBOX_ISOLATION`` env var) or one
-    of ``bwrap``, ``unshare``, ``rlimits`` to force a mode. ``scratch_dir`` is where modes that
-    stage a program on the host make its private folder (default: the system temp folder).
+    of ``zygote``, ``bwrap``, ``unshare``, ``rlimits`` to force a mode. ``fallback`` (default: the
+    ``CONDUCTOR_SANDBOX_FALLBACK`` env var, else ``refuse``) says what ``auto`` does where only
+    ``rlimits`` works (no namespaces: a container under Docker's default seccomp profile, a pod
+    under Kubernetes' ``RuntimeDefault``): ``refuse`` makes every run raise :class:`ConfigError`
+    naming the setting, ``limits-only`` runs programs under resource limits only. Forcing
+    ``rlimits`` is an explicit choice too and needs no ``fallback``. ``scratch_dir`` is where
+    modes that stage a program on the host make its private folder (default: the system temp
+    folder).
     """
 
     name = "local"
 
-    def __init__(self, isolation: str | None = None, *, scratch_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        isolation: str | None = None,
+        *,
+        scratch_dir: str | None = None,
+        fallback: str | None = None,
+    ) -> None:
         wanted = (isolation or os.environ.get(ISOLATION_ENV) or "auto").strip().lower()
         if wanted not in ("auto", *ALL_MODES):
             raise ConfigError(
                 f"{ISOLATION_ENV} / isolation must be one of auto, {', '.join(ALL_MODES)}; "
                 f"got {wanted!r}"
             )
+        weak = (fallback or os.environ.get(FALLBACK_ENV) or "refuse").strip().lower()
+        if weak not in FALLBACKS:
+            raise ConfigError(
+                f"{FALLBACK_ENV} / fallback must be one of {', '.join(FALLBACKS)}; got {weak!r}"
+            )
         self.wanted = wanted
+        self.fallback = weak
         self.scratch_dir = scratch_dir
         self._mode: str | None = None
+        self._refusal: str | None = None
         self._zygotes = None  # ZygotePool, created on first zygote run
         self._probe_failures: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -184,8 +208,14 @@ class LocalSandbox:
 
     # -- mode selection -------------------------------------------------------------------
     def mode(self) -> str:
-        """The isolation mode in use (self-tested once per process)."""
+        """The isolation mode in use (self-tested once per process).
+
+        Raises :class:`ConfigError` (every time, without testing again) when ``auto`` finds no
+        mode with namespaces and ``fallback`` is ``refuse``.
+        """
         with self._lock:
+            if self._refusal is not None:
+                raise ConfigError(self._refusal)
             if self._mode is None:
                 self._mode = self._select()
             return self._mode
@@ -194,6 +224,9 @@ class LocalSandbox:
         candidates = available_modes() if self.wanted == "auto" else [self.wanted]
         for mode in candidates:
             if mode == "rlimits":
+                if self.wanted == "auto" and self.fallback != "limits-only":
+                    self._refusal = self._refusal_message()
+                    raise ConfigError(self._refusal)
                 self._warn_fallback(mode)
                 return mode
             probe = self._run_in(mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {})
@@ -209,6 +242,18 @@ class LocalSandbox:
             )
         return "rlimits"
 
+    def _refusal_message(self) -> str:
+        failures = "; ".join(f"{m}: {why}" for m, why in self._probe_failures.items())
+        return (
+            "sandbox: refusing to run generated code with resource limits only (no namespaces: "
+            "the network and this machine's files would be reachable); "
+            + (f"the modes with namespaces failed here ({failures}). " if failures else "")
+            + "Let the sandbox create namespaces (install bubblewrap; in a container or pod "
+            "allow user namespaces: docs/sandbox.md, 'Generated code in containers and pods'), "
+            f"or accept limits only for trusted code with {FALLBACK_ENV}=limits-only (cluster "
+            "settings: sandbox.isolation: limits-only on the pod kind)"
+        )
+
     def _warn_fallback(self, mode: str) -> None:
         if self._probe_failures:
             logging.getLogger("conductor.sandbox").warning(
@@ -218,8 +263,23 @@ class LocalSandbox:
             )
 
     def report(self) -> dict:
-        """What this host supports and what this backend uses."""
-        mode = self.mode()
+        """What this host supports and what this backend uses (``mode: refused`` and the
+        reason when ``auto`` found no namespaces and ``fallback`` is ``refuse``)."""
+        try:
+            mode = self.mode()
+        except ConfigError:
+            if self._refusal is None:
+                raise
+            return {
+                "backend": self.name,
+                "mode": "refused",
+                "fallback": self.fallback,
+                "refusal": self._refusal,
+                "isolation": [],
+                "available": available_modes(),
+                "self_test_failures": dict(self._probe_failures),
+                "running_as_root": os.geteuid() == 0,
+            }
         if mode == "zygote":
             from conductor_core.tasks.sandbox.zygote import ISOLATION_TAGS
 
@@ -231,6 +291,7 @@ class LocalSandbox:
         return {
             "backend": self.name,
             "mode": mode,
+            "fallback": self.fallback,
             "isolation": list(isolation),
             "available": available_modes(),
             "self_test_failures": dict(self._probe_failures),

@@ -1,0 +1,5 @@
+"""The `gate` component."""
+
+from components.gate.component import gate
+
+__all__ = ["gate"]

@@ -1,0 +1,84 @@
+"""Which process of a torchrun launch this is, and each rank's share of a step's batch (the
+launch itself, two processes on CPU: tests/integration/test_train_ranks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor_core.errors import ConfigError
+from conductor_core.train import ranks
+from conductor_core.train.grpo import rank_batch
+from tests.support.train_configs import small
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_without_torchrun_this_is_the_only_process(no_launch):
+    here = ranks.current()
+    assert (here.rank, here.world_size, here.local_rank) == (0, 1, 0)
+    assert here.is_main and here.is_local_main and not here.distributed
+    assert ranks.is_main_process()
+    with ranks.local_main_first() as inside:  # no process group, no barrier
+        assert inside == here
+    ranks.wait_for_everyone()
+    ranks.init_distributed("cpu")  # nothing to join
+
+
+@pytest.mark.parametrize(
+    ("env", "rank", "main", "local_main"),
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, 0, True, True),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, 1, False, False),
+        # second node of two, two processes each: its local main is not the main process
+        (
+            {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
+            2,
+            False,
+            True,
+        ),
+    ],
+)
+def test_ranks_come_from_torchrun_variables(no_launch, env, rank, main, local_main):
+    for name, value in env.items():
+        no_launch.setenv(name, value)
+    here = ranks.current()
+    assert here.rank == rank and here.distributed
+    assert here.is_main is main and ranks.is_main_process() is main
+    assert here.is_local_main is local_main
+    assert here.label() == f"rank {rank}/{env['WORLD_SIZE']}"
+
+
+@pytest.mark.parametrize(("name", "value"), [("RANK", "x"), ("RANK", "2")])
+def test_bad_rank_variables_are_named(no_launch, name, value):
+    no_launch.setenv("WORLD_SIZE", "2")
+    no_launch.setenv(name, value)
+    with pytest.raises(ConfigError, match="RANK"):
+        ranks.current()
+
+
+def test_each_rank_takes_its_share_of_the_step(tmp_path):
+    # 4 questions x 2 plans = 8 completions per optimiser step, whatever the number of ranks.
+    config = small(tmp_path)
+    assert rank_batch(config, 1) == (8, 1)
+    assert rank_batch(config, 2) == (4, 1)
+    assert rank_batch(config, 4) == (2, 1)
+    # micro_batch_size bounds a forward pass on every rank
+    config = small(tmp_path, questions_per_step=8, plans_per_question=4, micro_batch_size=8)
+    for world in (1, 2, 4, 8):
+        micro, accumulation = rank_batch(config, world)
+        assert micro <= 8 and micro * accumulation * world == 32
+    config = small(tmp_path, questions_per_step=8, plans_per_question=4, micro_batch_size=2)
+    assert rank_batch(config, 2) == (2, 8)
+
+
+def test_a_rank_takes_whole_question_groups(tmp_path):
+    config = small(tmp_path, questions_per_step=3)
+    with pytest.raises(ConfigError, match=r"questions_per_step \(3\).*processes \(2\)"):
+        rank_batch(config, 2)
