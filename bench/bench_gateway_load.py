@@ -3,6 +3,7 @@ injected worker failures.
 
     python bench/bench_gateway_load.py [--requests 2000] [--concurrency 64] [--fail-rate 0.05]
         [--latency-ms 50] [--timeout 30] [--only clean|faults]
+        [--stream-requests 200] [--stream-concurrency 1]
 
 Three processes on loopback, as in production: the worker simulator (``conductor simulate
 serve``) serving the bundled pool's simulated workers, the gateway (``conductor serve``, JSON
@@ -20,6 +21,12 @@ The run is repeated with ``--fail-rate`` of the simulated worker calls failing (
 half HTTP 429 with Retry-After); the pool retries them. Every request must end as a 200 or an
 OpenAI-format error (``{"error": {...}}``) within ``--timeout``: timeouts, transport errors and
 5xx without an OpenAI error body are counted and reported as unexplained.
+
+Streaming: after each run's load, ``--stream-requests`` streamed completions (``stream: true``,
+``--stream-concurrency`` clients) measure the time to the first answer token (the first
+``delta.content`` chunk: the last step's worker streams its reply through the gateway) against
+the time to the full answer (``[DONE]``), and the answer's pieces per request. The worker
+simulator streams each answer in up to 16 pieces spread over its ``--latency-ms``.
 
 Prints figures; it is not a pass/fail test.
 """
@@ -203,6 +210,77 @@ async def load(url: str, n: int, concurrency: int, timeout_s: float, qs: list[st
         return await phase(client, range(n), concurrency)
 
 
+@dataclass
+class StreamResults:
+    first_token: list[float] = field(default_factory=list)  # seconds to the first answer piece
+    full: list[float] = field(default_factory=list)  # seconds to [DONE]
+    pieces: list[int] = field(default_factory=list)  # content chunks per answer
+    errors: Counter = field(default_factory=Counter)
+
+
+async def stream_load(
+    url: str, n: int, concurrency: int, timeout_s: float, qs: list[str]
+) -> StreamResults:
+    """Send ``n`` streamed requests from ``concurrency`` clients (after a short warm-up); time
+    the first answer piece and the end of each stream."""
+
+    async def one(client: httpx.AsyncClient, i: int, res: StreamResults) -> None:
+        body = {
+            "model": "conductor",
+            "messages": [{"role": "user", "content": qs[i % len(qs)]}],
+            "seed": i,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        t0 = time.perf_counter()
+        first, pieces = None, 0
+        try:
+            async with client.stream("POST", "/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    res.errors[f"HTTP {r.status_code}"] += 1
+                    return
+                async for line in r.aiter_lines():
+                    if line == "data: [DONE]":
+                        break
+                    if line.startswith('data: {"error"'):
+                        res.errors[json.loads(line[6:])["error"].get("code")] += 1
+                        return
+                    if '"content":' not in line:  # workflow events, role and usage chunks
+                        continue
+                    choices = json.loads(line[6:])["choices"]
+                    if choices and choices[0]["delta"].get("content"):
+                        pieces += 1
+                        if first is None:
+                            first = time.perf_counter() - t0
+        except httpx.HTTPError as exc:
+            res.errors[type(exc).__name__] += 1
+            return
+        if first is None:
+            res.errors["no answer piece"] += 1
+            return
+        res.first_token.append(first)
+        res.full.append(time.perf_counter() - t0)
+        res.pieces.append(pieces)
+
+    async def phase(client: httpx.AsyncClient, ids: range) -> StreamResults:
+        res, todo = StreamResults(), iter(ids)
+
+        async def loop() -> None:
+            for i in todo:
+                await one(client, i, res)
+
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+        return res
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(timeout_s), limits=limits
+    ) as client:
+        await phase(client, range(n, n + 2 * concurrency))  # warm-up
+        return await phase(client, range(n))
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -243,6 +321,13 @@ def run(label: str, args: argparse.Namespace, fail_rate: float) -> dict:
             res = asyncio.run(load(gw_url, args.requests, args.concurrency, args.timeout, QS))
             cpu = cpu_seconds(gateway.pid) - cpu0[0], cpu_seconds(sim.pid) - cpu0[1]
             metrics_text = httpx.get(f"http://127.0.0.1:{gw_port}/metrics", timeout=10).text
+            streams = StreamResults()
+            if args.stream_requests:
+                streams = asyncio.run(
+                    stream_load(
+                        gw_url, args.stream_requests, args.stream_concurrency, args.timeout, QS
+                    )
+                )
         finally:
             if gateway is not None:
                 stop(gateway)
@@ -280,6 +365,15 @@ def run(label: str, args: argparse.Namespace, fail_rate: float) -> dict:
         "simulator_cpu_ms_per_request": round(
             cpu[1] * 1000 / max(1, done + 2 * args.concurrency), 2
         ),
+        "stream_requests": args.stream_requests,
+        "stream_concurrency": args.stream_concurrency,
+        "stream_answered": len(streams.full),
+        "first_token_ms_p50": round(pct([x * 1000 for x in streams.first_token], 50), 2),
+        "first_token_ms_p99": round(pct([x * 1000 for x in streams.first_token], 99), 2),
+        "full_answer_ms_p50": round(pct([x * 1000 for x in streams.full], 50), 2),
+        "full_answer_ms_p99": round(pct([x * 1000 for x in streams.full], 99), 2),
+        "answer_pieces_mean": round(statistics.fmean(streams.pieces), 1) if streams.pieces else 0,
+        "stream_errors": dict(streams.errors),
     }
     print(
         f"\n== {label}: {args.requests} requests, {args.concurrency} clients, "
@@ -305,6 +399,15 @@ def run(label: str, args: argparse.Namespace, fail_rate: float) -> dict:
         f"worker calls {out['worker_calls']}, retries {out['worker_retries']}, "
         f"access-log lines {access_lines}"
     )
+    if args.stream_requests:
+        print(
+            f"streamed         {len(streams.full)}/{args.stream_requests} answered "
+            f"({args.stream_concurrency} clients), errors {dict(streams.errors) or 'none'}"
+        )
+        first = f"p50 {out['first_token_ms_p50']:8.2f} ms   p99 {out['first_token_ms_p99']:8.2f} ms"
+        print(f"first answer tok {first}")
+        full = f"p50 {out['full_answer_ms_p50']:8.2f} ms   p99 {out['full_answer_ms_p99']:8.2f} ms"
+        print(f"full answer      {full}   ({out['answer_pieces_mean']} pieces per answer)")
     for line in res.unexplained[:10]:
         print("  unexplained:", line)
     print(f"gateway log: {len(problems)} warning/error lines")
@@ -325,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request client timeout")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.add_argument("--only", choices=["clean", "faults"], default=None)
+    parser.add_argument(
+        "--stream-requests", type=int, default=200, help="streamed requests per run (0: none)"
+    )
+    parser.add_argument("--stream-concurrency", type=int, default=1, help="streaming clients")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
         "--profile", type=Path, default=None, help="run the gateway under cProfile, stats here"

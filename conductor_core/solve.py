@@ -9,6 +9,11 @@ further round shows the Conductor its previous plan and that plan's final answer
 plan or three empty lists (keep the answer). A later round whose plan does not parse, or whose
 execution is spoiled by infrastructure, keeps the previous answer. Budgets are shared by all rounds.
 
+``solve(..., on_answer_delta=...)`` streams the answer as it is written: the last step of the
+last round that can run (``max_rounds``) is called with streaming. Earlier rounds are not streamed,
+since a later round may replace their answer; when a later round keeps it, the answer comes only
+in the trace.
+
 ``solve(..., previous=...)`` continues from a round already run elsewhere (the recursive training
 stage scores a second-round plan this way): the first round it runs is then that round's successor,
 and its format or infrastructure failure is the trace's.
@@ -20,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
+from conductor_core.workers.types import DeltaHandler
 from conductor_core.workflow.executor import UNLIMITED, Budget, EventHandler, WorkerCaller, execute
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.prompts import PromptStyle
@@ -87,11 +93,14 @@ async def solve(
     sample_index: int = 0,
     on_event: EventHandler | None = None,
     previous: PreviousRound | None = None,
+    on_answer_delta: DeltaHandler | None = None,
 ) -> SolveTrace:
     """Solve ``question``: plan, execute and (optionally) refine. Returns the full trace.
 
     With ``previous`` the loop continues from that round (as round 1 of ``options.max_rounds``
-    rounds in all) instead of starting afresh.
+    rounds in all) instead of starting afresh. ``on_answer_delta`` gets the answer in pieces as
+    the last step of the last possible round writes it (see the module doc); the pieces join to
+    that step's reply.
     """
     opts = options or SolveOptions()
     offered = opts.offered(len(pool))
@@ -100,7 +109,8 @@ async def solve(
     start = 0 if previous is None else 1
     answer: str | None = previous.answer if previous is not None else None
 
-    for r in range(start, max(start + 1, opts.max_rounds)):
+    rounds = range(start, max(start + 1, opts.max_rounds))
+    for r in rounds:
         spent = trace.input_tokens + trace.output_tokens
         budget = opts.budget.minus(spent, trace.cost, time.perf_counter() - wall0)
         if r > start and _exhausted(budget):
@@ -146,6 +156,8 @@ async def solve(
             sample_index=sample_index,
             answer_fallback=opts.answer_fallback,
             on_event=on_event,
+            # only the last round's answer cannot be replaced by a later one
+            on_answer_delta=on_answer_delta if r == rounds[-1] else None,
         )
         rnd.workflow = wf_trace
         trace.calls += wf_trace.calls

@@ -122,6 +122,43 @@ def cut_to_tokens(text: str, limit: int | None) -> tuple[str, bool]:
     return text, False
 
 
+class AnswerStream:
+    """The answer as it is streamed: which part of the text received so far may go to the
+    client now, so that what has been sent is always a prefix of the final answer cut to
+    ``limit`` words (:func:`cut_to_tokens`).
+
+    Without a limit every piece goes at once. With one, text past the end of the
+    ``limit``-th word is held back, and so is whitespace at the end of what has arrived (it
+    belongs to the answer only if another word follows, or if the answer ends there).
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.received = ""
+        self.sent = ""
+
+    def push(self, text: str) -> str:
+        """Take the next piece of the answer; returns the text to send now (maybe empty)."""
+        self.received += text
+        if self.limit is None:
+            ready = self.received
+        else:
+            ready = cut_to_tokens(self.received, self.limit)[0].rstrip()
+        out = ready[len(self.sent) :]
+        self.sent = ready
+        return out
+
+    def finish(self, answer: str) -> tuple[str, bool, bool]:
+        """The workflow's final ``answer``: (the rest of it to send, whether it was cut to the
+        limit, whether it continues what was sent). False means that the text sent is not the
+        start of this answer (the streamed step failed after part of its reply was sent and
+        another round's answer stands): the stream must end with an error."""
+        final, cut = cut_to_tokens(answer, self.limit)
+        if not final.startswith(self.sent):
+            return "", cut, False
+        return final[len(self.sent) :], cut, True
+
+
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
 
 
@@ -482,8 +519,12 @@ class ConductorServing:
         job: SolveJob,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         client_gone: Awaitable[Any] | None = None,
+        on_answer_delta: Callable[[str], None] | None = None,
     ) -> SolveTrace:
         """Solve ``job`` within ``config.request_timeout_s``; counts it in the metrics.
+
+        ``on_answer_delta`` gets the answer in pieces as the last step's worker writes it
+        (:func:`~conductor_core.solve.solve`).
 
         ``client_gone`` completes when the client disconnects: the workflow is then cancelled
         (and awaited, so none of its worker calls starts afterwards) and counted as
@@ -505,6 +546,7 @@ class ConductorServing:
                 options=job.options,
                 sample_index=job.sample_index,
                 on_event=on_event,
+                on_answer_delta=on_answer_delta,
             ),
             name=f"solve {job.request_id}",
         )
@@ -641,11 +683,16 @@ class ConductorServing:
 
     async def stream_chat_completion(self, job: SolveJob) -> AsyncIterator[str]:
         """Solve ``job``, yielding server-sent events: a role chunk, one chunk per workflow event
-        (its ``conductor`` field; empty delta), the answer as content, a final chunk with the
-        finish reason and the summary (``conductor.type == "done"``), the usage chunk when
-        asked for, then ``[DONE]``. The content is cut to the request's ``max_tokens`` as in
-        :meth:`chat_completion` (the workflow events carry the steps' full outputs). A failure
-        after the stream started is sent as an OpenAI error object, then ``[DONE]``."""
+        (its ``conductor`` field; empty delta), the answer as content chunks while the last
+        step's worker writes it (the rest, or all of it when it was not streamed, after the
+        workflow), a final chunk with the finish reason and the summary
+        (``conductor.type == "done"``), the usage chunk when asked for, then ``[DONE]``. With
+        ``include_usage`` every other chunk has ``"usage": null``, as OpenAI sends them. The
+        content is cut to the request's ``max_tokens`` as in :meth:`chat_completion` (the
+        workflow events carry the steps' full outputs). A failure after the stream started is
+        sent as an OpenAI error object, then ``[DONE]``; so is an answer that is not the text
+        already streamed (the streamed step failed part-way and an earlier round's answer
+        stands): text sent is never sent again."""
         cid = completion_id()
         created = int(time.time())
 
@@ -668,18 +715,38 @@ class ConductorServing:
                 else [],
                 usage=usage,
                 conductor=event,
-            )
-            return _sse(body.to_json())
+            ).to_json()
+            if job.include_usage:
+                body.setdefault("usage", None)
+            return _sse(body)
+
+        # A content chunk is the same text around each piece: built once, then filled in
+        # (the answer comes in many small pieces; a model and its encoding for each would cost).
+        head, _, tail = chunk(DeltaMessage(content="\x00")).partition('"content": "\\u0000"')
+
+        def content(text: str) -> str:
+            return f'{head}"content": {json.dumps(text, ensure_ascii=False)}{tail}'
 
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         translate = _EventTranslator(
             self.worker_names, job.options.offered(len(self.pool)), self.redact
         )
-        runner = asyncio.create_task(self.run(job, on_event=queue.put_nowait))
+        answer_stream = AnswerStream(job.max_answer_tokens)
+
+        def on_answer_delta(text: str) -> None:
+            queue.put_nowait({"type": _ANSWER_DELTA, "text": text})
+
+        runner = asyncio.create_task(
+            self.run(job, on_event=queue.put_nowait, on_answer_delta=on_answer_delta)
+        )
         runner.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             yield chunk(DeltaMessage(role="assistant"))
             while (event := await queue.get()) is not None:
+                if event.get("type") == _ANSWER_DELTA:
+                    if piece := answer_stream.push(event["text"]):
+                        yield content(piece)
+                    continue
                 yield chunk(event=translate(event))
             try:
                 trace = runner.result()
@@ -688,13 +755,21 @@ class ConductorServing:
                 yield _sse("[DONE]")
                 return
             failure = self._failure(trace)
+            rest, cut, continues = answer_stream.finish(trace.answer or "")
+            if answer_stream.sent and (failure is not None or not continues):
+                # Part of a reply went out and the answer is not its continuation (the worker
+                # writing it failed part-way; maybe an earlier round's answer stands): say so.
+                logger.warning(
+                    "the streamed answer was broken off; the stream ends with an error",
+                    extra={"request_id": job.request_id},
+                )
+                failure = _STREAM_BROKEN
             if failure is not None:
                 yield _sse(failure.body())
                 yield _sse("[DONE]")
                 return
-            answer, cut = cut_to_tokens(trace.answer or "", job.max_answer_tokens)
-            if answer:
-                yield chunk(DeltaMessage(content=answer))
+            if rest:
+                yield content(rest)
             done = ConductorEvent(
                 type="done", round=len(trace.rounds) - 1, data=self._summary(job, trace)
             )
@@ -916,6 +991,18 @@ class ConductorServing:
         finally:
             await self.pool.aclose()
             await self.plan_source.aclose()
+
+
+_ANSWER_DELTA = "answer_delta"
+"""Queue item type of a piece of the streamed answer (never sent as a workflow event)."""
+
+_STREAM_BROKEN = RequestError(
+    502,
+    "the worker writing the answer failed after part of it was streamed; the text sent is not "
+    "the answer and is not sent again",
+    "server_error",
+    code="worker_error",
+)
 
 
 class _EventTranslator:

@@ -10,12 +10,20 @@ the client's timeout fires), a malformed reply a 200 whose body is not a chat co
 Requests are validated by the models of :mod:`conductor_core.serve.protocol` (shared with the
 gateway); an invalid one gets a 400 in the OpenAI error format naming the field.
 
+``stream: true`` (with ``n`` = 1) answers as OpenAI's server-sent events: a role chunk, the answer
+in pieces with the simulated latency spread before them
+(:meth:`~conductor_core.workers.simulated.SimulatedProvider.stream_plan`), a chunk with the
+``finish_reason``, the usage chunk when ``stream_options.include_usage`` is set, ``[DONE]``. A
+failure drawn for a streamed request is sent before the stream starts, as for any other (a
+malformed one as a ``data:`` line that is not JSON).
+
 Over HTTP a request carries no sample index; ``sample_index`` (an extension field) or ``seed`` in
 the request body picks it, else 0. Choice ``i`` of a request uses ``sample_index + i``.
 
 ``failure_script`` forces the outcomes of the first requests in order (for exact retry tests):
 entries are ``"429"``/``"rate_limit"``, ``"500"``/``"server_error"``, ``"hang"``/``"timeout"``,
-``"malformed"`` or ``"ok"``.
+``"malformed"``, ``"cut"`` (a stream that ends after half of the answer's pieces, without a
+``finish_reason`` or ``[DONE]``; an unstreamed request gets the malformed reply) or ``"ok"``.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI must see the handler's real
@@ -23,6 +31,7 @@ entries are ``"429"``/``"rate_limit"``, ``"500"``/``"server_error"``, ``"hang"``
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -35,7 +44,11 @@ from conductor_core.errors import ConfigError, require
 from conductor_core.serve.protocol import (
     AssistantMessage,
     ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatCompletionStreamChoice,
+    DeltaMessage,
     ModelCard,
     ModelList,
     RequestError,
@@ -64,6 +77,7 @@ _SCRIPT_ALIASES = {
     "hang": "timeout",
     "timeout": "timeout",
     "malformed": "malformed",
+    "cut": "cut",
     "ok": "ok",
 }
 
@@ -150,6 +164,7 @@ def create_app(
     responses = require("fastapi.responses", extra="serve", purpose="the worker simulator server")
     JSONResponse = responses.JSONResponse
     Response = responses.Response
+    StreamingResponse = responses.StreamingResponse
 
     state = SimulatorState(providers=_build_providers(pool))
     known = known_problems(pool)
@@ -191,12 +206,12 @@ def create_app(
                 param="model",
                 code="model_not_found",
             )
-        if body.stream:
+        if body.stream and body.n != 1:
             return error(
                 400,
-                "stream: streaming is not supported by the simulator; omit 'stream'",
+                "n: the simulator streams one choice only; omit 'n' or set it to 1",
                 "invalid_request_error",
-                param="stream",
+                param="n",
             )
         messages: Messages = [{"role": m.role, "content": m.content} for m in body.messages]
         sample = body.sample
@@ -221,7 +236,11 @@ def create_app(
         if outcome == "timeout":
             await _hang(request, hang_s)
             return error(504, f"simulated upstream timeout for {model}", "timeout")
-        if outcome == "malformed":
+        if body.stream and outcome in ("ok", "cut", "malformed"):
+            return StreamingResponse(
+                _stream(provider, body, messages, outcome), media_type="text/event-stream"
+            )
+        if outcome in ("malformed", "cut"):
             return Response(content=MALFORMED_BODY, media_type="application/json")
 
         completions = await asyncio.gather(
@@ -248,6 +267,46 @@ def create_app(
         return response.to_json()
 
     return app
+
+
+async def _stream(
+    provider: SimulatedProvider, body: ChatCompletionRequest, messages: Messages, outcome: str
+):
+    """The server-sent events of a streamed answer (see the module doc); ``outcome`` ``cut``
+    ends after half of the pieces, ``malformed`` sends a line that is not JSON."""
+    model = body.model or ""
+    cid, created = f"chatcmpl-sim-{time.monotonic_ns():x}", int(time.time())
+
+    def event(**fields: Any) -> str:
+        chunk = ChatCompletionChunk(id=cid, created=created, model=model, **fields)
+        return f"data: {json.dumps(chunk.to_json())}\n\n"
+
+    def choice(**fields: Any) -> list[ChatCompletionStreamChoice]:
+        return [ChatCompletionStreamChoice(**fields)]
+
+    if outcome == "malformed":
+        yield "data: " + MALFORMED_BODY + "\n\n"
+        return
+    completion, plan = provider.stream_plan(messages, sample_index=body.sample)
+    yield event(choices=choice(delta=DeltaMessage(role="assistant")))
+    if outcome == "cut":
+        plan = plan[: len(plan) // 2]
+    loop = asyncio.get_running_loop()
+    due = loop.time()
+    for delay_s, piece in plan:
+        due += delay_s  # against the start: the timer's slack does not add up over the pieces
+        if (wait := due - loop.time()) > 0:
+            await asyncio.sleep(wait)
+        yield event(choices=choice(delta=DeltaMessage(content=piece)))
+    if outcome == "cut":
+        return
+    limit = body.token_limit or 0
+    tokens = completion.usage.output_tokens
+    capped = bool(limit) and tokens > limit
+    yield event(choices=choice(finish_reason="length" if capped else "stop"))
+    if body.stream_options is not None and body.stream_options.include_usage:
+        yield event(usage=UsageInfo.of(completion.usage.input_tokens, limit if capped else tokens))
+    yield "data: [DONE]\n\n"
 
 
 async def _hang(request: Any, seconds: float) -> None:
@@ -289,7 +348,10 @@ def running_app(
     (e.g. :func:`conductor_core.serve.server.uvicorn_options`).
     """
     uvicorn = require("uvicorn", extra="serve", purpose="the worker simulator server")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, as uvicorn.run's own sockets have it: asyncio then turns Nagle's
+    # algorithm off on every accepted connection (with proto 0 it does not, and a streamed
+    # response waits ~40 ms for delayed ACKs between its small writes)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]

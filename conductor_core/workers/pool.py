@@ -24,6 +24,13 @@ fault) and the caller's deadline do not count as the worker's failures.
 Cache (``config.cache.enabled``): a hit returns ``cached=True`` with the stored text and usage and
 ``cost=0.0`` (nothing was spent); the original cost is kept in the cache row and summed in
 ``stats()["workers"][i]["saved_cost"]``. Failures are never cached.
+
+Streaming (``call(..., on_delta=...)``): a provider with ``complete_stream`` streams the reply and
+``on_delta`` gets its text piece by piece as it arrives; another provider (or a cache hit) passes
+the whole text once it has it. The pieces of a call that succeeds join to its text. An attempt
+that fails after some of its text went to ``on_delta`` is **not retried**: the caller has already
+passed that text on, and a retry would send a different or a repeated reply; the call fails, its
+error saying how much was streamed. Failures before the first piece are retried as usual.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from conductor_core.workers.slots import PrioritySlots
 from conductor_core.workers.types import (
     CallResult,
     Completion,
+    DeltaHandler,
     ErrorKind,
     Messages,
     Provider,
@@ -59,6 +67,30 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
 
 _NEUTRAL_KINDS = frozenset({ErrorKind.CLIENT, ErrorKind.DEADLINE})
+
+
+class _Relay:
+    """Passes a streamed reply's pieces on to the caller's handler and remembers what went."""
+
+    def __init__(self, on_delta: DeltaHandler) -> None:
+        self._on_delta = on_delta
+        self.parts: list[str] = []
+        self.chars = 0
+
+    def __call__(self, text: str) -> None:
+        if text:
+            self.parts.append(text)
+            self.chars += len(text)
+            self._on_delta(text)
+
+    def finish(self, text: str) -> None:
+        """The call succeeded with ``text``: pass on what has not gone yet (all of it for a
+        provider that does not stream)."""
+        sent = "".join(self.parts)
+        if text.startswith(sent):
+            self(text[len(sent) :])
+        else:  # a provider whose pieces do not join to its reply: the caller sees the mismatch
+            logger.warning("a streamed reply differs from the pieces that were streamed")
 
 
 @dataclass
@@ -214,6 +246,7 @@ class WorkerPool:
         sample_index: int = 0,
         deadline: float | None = None,
         priority: float = 0.0,
+        on_delta: DeltaHandler | None = None,
     ) -> CallResult:
         """Call worker ``worker_id`` with ``messages``; never raises for provider failures.
 
@@ -225,6 +258,8 @@ class WorkerPool:
                 further attempt or retry starts; the call then returns ``deadline_exceeded``.
             priority: calls waiting for a busy worker are served highest priority first (the
                 executor passes the length of the longest chain of steps waiting on this one).
+            on_delta: stream the reply: gets its text in pieces as it arrives (see the module
+                doc: an attempt that fails after its first piece is not retried).
 
         Raises:
             ValueError: unknown ``worker_id`` (a programming error).
@@ -250,6 +285,8 @@ class WorkerPool:
                 stats.successes += 1
                 stats.saved_cost += hit.cost
                 logger.debug("worker %d (%s): cache hit", worker_id, worker.display_name)
+                if on_delta is not None:
+                    on_delta(hit.text)
                 return CallResult(
                     worker=worker_id,
                     model=worker.model,
@@ -277,7 +314,14 @@ class WorkerPool:
         outcome: str = "neutral"
         try:
             result, outcome = await self._attempts(
-                worker_id, worker, messages, sample_index, deadline, start, priority
+                worker_id,
+                worker,
+                messages,
+                sample_index,
+                deadline,
+                start,
+                priority,
+                None if on_delta is None else _Relay(on_delta),
             )
         finally:
             if outcome == "success":
@@ -309,6 +353,7 @@ class WorkerPool:
         deadline: float | None,
         start: float,
         priority: float = 0.0,
+        relay: _Relay | None = None,
     ) -> tuple[CallResult, str]:
         """Run attempts with retries. Returns the result and the breaker outcome."""
         retry = self.config.retry
@@ -316,12 +361,24 @@ class WorkerPool:
         while True:
             try:
                 completion = await self._attempt(
-                    worker_id, worker, messages, sample_index, deadline, priority
+                    worker_id, worker, messages, sample_index, deadline, priority, relay
                 )
             except ProviderError as exc:
                 error = exc
             else:
+                if relay is not None:
+                    relay.finish(completion.text)
                 return self._success(worker_id, worker, start, retries, completion), "success"
+
+            if relay is not None and relay.chars:
+                # Part of this reply has been passed on: a retry would repeat or contradict it.
+                error = ProviderError(
+                    f"{error} (after {relay.chars} characters of the reply were streamed; "
+                    "not retried)",
+                    kind=error.kind,
+                    retryable=False,
+                    status=error.status,
+                )
 
             if error.kind == ErrorKind.DEADLINE:
                 return self._failure(worker_id, start, retries, error), "neutral"
@@ -365,9 +422,10 @@ class WorkerPool:
         sample_index: int,
         deadline: float | None,
         priority: float = 0.0,
+        relay: _Relay | None = None,
     ) -> Completion:
-        """One provider call under the worker's concurrency slot and timeout; raises
-        ProviderError."""
+        """One provider call under the worker's concurrency slot and timeout (streamed to
+        ``relay`` when the provider can stream); raises ProviderError."""
         remaining = None if deadline is None else deadline - self._clock()
         if remaining is not None and remaining <= 0:
             raise ProviderError("deadline reached", kind=ErrorKind.DEADLINE, retryable=False)
@@ -389,10 +447,15 @@ class WorkerPool:
                 if left < limit:
                     limit, by_deadline = max(left, 0.0), True
             try:
+                provider = self._providers[worker_id]
+                stream = getattr(provider, "complete_stream", None) if relay else None
                 async with asyncio.timeout(limit):
-                    completion = await self._providers[worker_id].complete(
-                        messages, sample_index=sample_index
-                    )
+                    if stream is not None:
+                        completion = await stream(
+                            messages, sample_index=sample_index, on_delta=relay
+                        )
+                    else:
+                        completion = await provider.complete(messages, sample_index=sample_index)
             except TimeoutError:
                 if by_deadline:
                     raise ProviderError(

@@ -14,6 +14,10 @@ assigned subtask, visible responses, previous answer, sample index). Injected fa
 from a second stream that also includes the attempt number of that exact request on this provider
 instance, so a retry of a failed request can succeed; failures are therefore deterministic per
 (request, attempt number).
+
+Streaming (:meth:`SimulatedProvider.complete_stream`, and the HTTP simulator's ``stream: true``):
+the same answer, in at most :data:`STREAM_CHUNKS` pieces of whole words (:func:`stream_pieces`),
+the simulated latency spread evenly before them, so the whole answer takes as long as unstreamed.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from conductor_core.workers.types import Completion, ErrorKind, Messages, Provid
 __all__ = [
     "FAILURE_KINDS",
     "HEDGES",
+    "STREAM_CHUNKS",
     "ParsedMessage",
     "ProblemBank",
     "SimulatedProvider",
@@ -58,6 +63,7 @@ __all__ = [
     "normalize_text",
     "parse_worker_message",
     "render_answer",
+    "stream_pieces",
     "wrong_math",
 ]
 
@@ -65,6 +71,23 @@ FAILURE_KINDS = ("rate_limit", "server_error", "timeout", "malformed")
 """Failure outcomes a simulated call can draw, in the order their rates are applied."""
 
 _MAX_TRACKED_REQUESTS = 100_000
+
+STREAM_CHUNKS = 16
+"""At most this many pieces of a streamed simulated answer."""
+
+_WORD_WITH_SPACE = re.compile(r"\s*\S+")
+
+
+def stream_pieces(text: str, chunks: int = STREAM_CHUNKS) -> list[str]:
+    """``text`` cut into at most ``chunks`` pieces of whole words of near-equal word counts
+    (each word with the whitespace before it, the last piece with the trailing whitespace);
+    the pieces join to ``text``."""
+    words = _WORD_WITH_SPACE.findall(text)
+    if not words:
+        return [text] if text else []
+    words[-1] += text[sum(map(len, words)) :]
+    k = max(1, min(chunks, len(words)))
+    return ["".join(words[g * len(words) // k : (g + 1) * len(words) // k]) for g in range(k)]
 
 
 def bundled_pool_path() -> Path:
@@ -340,6 +363,25 @@ class SimulatedProvider:
             raise self.failure_error(failure)
         return await self._answer(messages, parsed, key)
 
+    async def complete_stream(
+        self, messages: Messages, *, sample_index: int = 0, on_delta: Callable[[str], None]
+    ) -> Completion:
+        """Like :meth:`complete`, passing the answer to ``on_delta`` in pieces with the
+        simulated latency spread before them (:meth:`stream_plan`)."""
+        parsed, key = self._prepare(messages, sample_index)
+        failure = self._draw_failure(key)
+        if failure is not None:
+            raise self.failure_error(failure)
+        completion, plan = self._stream_plan(messages, parsed, key)
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        for delay_s, piece in plan:
+            due += delay_s  # against the start: the timer's slack does not add up
+            if (wait := due - loop.time()) > 0:
+                await self._sleep(wait)
+            on_delta(piece)
+        return completion
+
     async def aclose(self) -> None:
         """Nothing to release."""
 
@@ -392,6 +434,15 @@ class SimulatedProvider:
         parsed, key = self._prepare(messages, sample_index)
         return self._compose(messages, parsed, key)
 
+    def stream_plan(
+        self, messages: Messages, *, sample_index: int = 0
+    ) -> tuple[Completion, list[tuple[float, str]]]:
+        """The deterministic answer (no failure injection) and how it streams: its pieces
+        (:func:`stream_pieces`), each with the seconds to wait before it; the waits add up to
+        the simulated latency of the unstreamed answer."""
+        parsed, key = self._prepare(messages, sample_index)
+        return self._stream_plan(messages, parsed, key)
+
     # -- internals --------------------------------------------------------------------------------
 
     def _prepare(self, messages: Messages, sample_index: int) -> tuple[ParsedMessage, int]:
@@ -427,6 +478,14 @@ class SimulatedProvider:
         if delay_ms > 0:
             await self._sleep(delay_ms / 1000.0)
         return self._compose(messages, parsed, key)
+
+    def _stream_plan(
+        self, messages: Messages, parsed: ParsedMessage, key: int
+    ) -> tuple[Completion, list[tuple[float, str]]]:
+        completion = self._compose(messages, parsed, key)
+        pieces = stream_pieces(completion.text) or [""]  # an empty answer still takes its time
+        delay_s = self._latency_ms(Random(_stable_int("latency", key))) / 1000.0
+        return completion, [(delay_s / len(pieces), piece) for piece in pieces]
 
     def _compose(self, messages: Messages, parsed: ParsedMessage, key: int) -> Completion:
         problem = self.bank.get(parsed.question)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 Messages = list[dict[str, str]]
 """Chat messages: ``[{"role": "user", "content": "..."}]``."""
+
+DeltaHandler = Callable[[str], None]
+"""Receives a reply's text in pieces as a worker writes it (streaming); the pieces of a call that
+succeeds join to its reply's text."""
 
 
 class Usage(BaseModel):
@@ -73,6 +78,19 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+        ...
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A provider that can also stream a reply (the pool uses it when its caller streams)."""
+
+    async def complete_stream(
+        self, messages: Messages, *, sample_index: int = 0, on_delta: DeltaHandler
+    ) -> Completion:
+        """Like :meth:`Provider.complete`, passing the reply's text to ``on_delta`` in pieces as
+        it arrives; the returned text is the pieces joined. May raise :class:`ProviderError`
+        after some pieces were passed on."""
         ...
 
 

@@ -8,6 +8,9 @@ the steps strictly in order, and it is much faster when steps are independent.
 A step whose call finally fails is an infrastructure failure (recorded in the trace, never raised);
 steps that would read it are skipped. Budgets (steps, tokens, cost, wall-clock deadline) end the
 workflow early with a recorded reason: steps not yet started are skipped, steps in flight finish.
+
+``on_answer_delta`` streams the answer: the last step's worker is called with ``on_delta`` (see
+:meth:`WorkerCaller.call`), so its reply reaches the caller piece by piece while it is written.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conductor_core.workers.config import WorkerConfig
-from conductor_core.workers.types import CallResult, ErrorKind, Messages
+from conductor_core.workers.types import CallResult, DeltaHandler, ErrorKind, Messages
 from conductor_core.workflow.model import ALL, Workflow
 from conductor_core.workflow.prompts import prompt_digest, worker_message
 from conductor_core.workflow.trace import StepTrace, WorkflowTrace
@@ -45,9 +48,12 @@ class WorkerCaller(Protocol):
         sample_index: int = 0,
         deadline: float | None = None,
         priority: float = 0.0,
+        on_delta: DeltaHandler | None = None,
     ) -> CallResult:
         """Call a worker; failures are returned as a CallResult with ``error`` set. Waiting calls
-        are served highest ``priority`` first."""
+        are served highest ``priority`` first. ``on_delta`` (passed only for the last step of a
+        workflow whose answer is streamed) gets the reply's text in pieces as it arrives; an
+        attempt that fails after a piece is not retried (``WorkerPool.call``)."""
         ...
 
 
@@ -87,14 +93,19 @@ async def execute(
     sample_index: int = 0,
     answer_fallback: bool = False,
     on_event: EventHandler | None = None,
+    on_answer_delta: DeltaHandler | None = None,
 ) -> WorkflowTrace:
     """Run ``workflow`` for ``question`` on ``pool`` and return its trace.
 
     ``previous_answer`` is the final answer of the previous recursion round: steps with ``"all"``
     access see it. ``answer_fallback`` takes the last non-empty step output as the answer when the
-    last step produced none (useful in evaluation). Never raises for worker failures.
+    last step produced none (useful in evaluation). ``on_answer_delta`` gets the last step's reply
+    in pieces as its worker writes it (``pool.call(..., on_delta=...)``). Never raises for worker
+    failures.
     """
-    run = _Run(workflow, question, pool, budget, previous_answer, sample_index, on_event)
+    run = _Run(
+        workflow, question, pool, budget, previous_answer, sample_index, on_event, on_answer_delta
+    )
     return await run.go(answer_fallback)
 
 
@@ -121,6 +132,7 @@ class _Run:
         previous_answer: str | None,
         sample_index: int,
         on_event: EventHandler | None,
+        on_answer_delta: DeltaHandler | None = None,
     ) -> None:
         self.wf = workflow
         self.question = question
@@ -129,6 +141,7 @@ class _Run:
         self.previous_answer = previous_answer
         self.sample_index = sample_index
         self.on_event = on_event
+        self.on_answer_delta = on_answer_delta
         n = len(workflow.steps)
         self.priority = _chain_lengths(workflow)
         self.done = [asyncio.Event() for _ in range(n)]
@@ -207,12 +220,15 @@ class _Run:
                     "visible": list(visible),
                 }
             )
+            # the last step's reply is the answer: streamed when the caller asks for it
+            streamed = self.on_answer_delta is not None and i == len(self.wf.steps) - 1
             result = await self.pool.call(
                 step.worker,
                 [{"role": "user", "content": prompt}],
                 sample_index=self.sample_index,
                 deadline=self.deadline,
                 priority=self.priority[i],
+                **({"on_delta": self.on_answer_delta} if streamed else {}),
             )
             base.finished_s = self._now()
             self._record(base, result)

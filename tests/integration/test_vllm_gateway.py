@@ -264,3 +264,40 @@ def test_free_decoding_gives_an_answer_or_a_clear_openai_error(free_gateway: str
                 assert response.choices[0].message.content
                 outcomes.append("answer")
     assert len(outcomes) == len(QUESTIONS)
+
+
+def test_a_worker_on_vllm_streams_its_reply(vllm_stack: Stack):
+    """The provider a pool uses for a streamed last step, against vLLM itself (as a worker):
+    the reply comes in pieces, greedy decoding gives the text of the unstreamed call, and the
+    usage comes in the stream's last chunk (``stream_options.include_usage``)."""
+    from conductor_core.workers.config import parse_pool
+    from conductor_core.workers.providers.openai_compat import OpenAIProvider
+
+    config = parse_pool(
+        {
+            "workers": [
+                {
+                    "provider": "openai",
+                    "model": vllm_stack.server.model,
+                    "endpoint": vllm_stack.server.url,
+                    "params": {"max_tokens": 24, "temperature": 0.0},
+                }
+            ]
+        }
+    ).workers[0]
+    messages = [{"role": "user", "content": QUESTIONS[1]}]
+
+    async def go():
+        provider = OpenAIProvider(config)
+        try:
+            plain = await provider.complete(messages)
+            pieces: list[str] = []
+            streamed = await provider.complete_stream(messages, on_delta=pieces.append)
+            return plain, streamed, pieces
+        finally:
+            await provider.aclose()
+
+    plain, streamed, pieces = asyncio.run(go())
+    assert len(pieces) > 1 and "".join(pieces) == streamed.text
+    assert streamed.text == plain.text
+    assert streamed.usage == plain.usage and streamed.usage.output_tokens > 0

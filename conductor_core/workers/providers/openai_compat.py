@@ -12,6 +12,12 @@ Request rules:
 * ``params.extra`` is merged into the JSON body (``extra_body``), e.g. vLLM's ``top_k``.
 
 The SDK's own retries are off (``max_retries=0``): the pool retries, with its own backoff.
+
+Streaming (:meth:`OpenAIProvider.complete_stream`, used by the pool for a call that streams): the
+same request with ``stream: true`` and ``stream_options: {"include_usage": true}`` (the usage
+comes in the last chunk, as OpenAI and vLLM send it); a stream that ends without a
+``finish_reason`` was cut short (malformed), and an error in the middle of a stream is mapped like
+any other.
 """
 
 from __future__ import annotations
@@ -22,8 +28,13 @@ from urllib.parse import urlparse
 from conductor_core.errors import require
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.keys import resolve_key
-from conductor_core.workers.providers.errors import clean_message, malformed, map_sdk_error
-from conductor_core.workers.types import Completion, Messages, ProviderError, Usage
+from conductor_core.workers.providers.errors import (
+    clean_message,
+    malformed,
+    map_sdk_error,
+    map_transport_error,
+)
+from conductor_core.workers.types import Completion, DeltaHandler, Messages, ProviderError, Usage
 
 _OFFICIAL_HOST_SUFFIXES = ("openai.com", "openai.azure.com")
 
@@ -101,6 +112,52 @@ class OpenAIProvider:
         if error is not None:
             raise error  # raised outside the except block: no chained SDK exception
         return self._to_completion(response)
+
+    async def complete_stream(
+        self, messages: Messages, *, sample_index: int = 0, on_delta: DeltaHandler
+    ) -> Completion:
+        """One streamed chat completion: ``on_delta`` gets the content of each chunk as it
+        arrives; returns the whole text with the usage of the stream's last chunk."""
+        request = build_request(self.worker, messages)
+        request["stream"] = True
+        request["stream_options"] = {"include_usage": True}
+        parts: list[str] = []
+        usage: Any = None
+        finished = False
+        error: ProviderError | None = None
+        try:
+            stream = await self._client.chat.completions.create(**request)
+            try:
+                async for chunk in stream:
+                    usage = getattr(chunk, "usage", None) or usage
+                    for choice in getattr(chunk, "choices", None) or []:
+                        if getattr(choice, "index", 0) != 0:
+                            continue
+                        text = getattr(getattr(choice, "delta", None), "content", None)
+                        if isinstance(text, str) and text:
+                            parts.append(text)
+                            on_delta(text)
+                        finished = finished or bool(getattr(choice, "finish_reason", None))
+            finally:
+                await stream.close()
+        except self._openai.APIError as exc:
+            error = self._map_error(exc)
+        except Exception as exc:  # the HTTP library's own, while reading the stream
+            error = map_transport_error(exc, self._secrets)
+        if error is not None:
+            raise error  # raised outside the except block: no chained SDK exception
+        text = "".join(parts)
+        if not finished:
+            raise malformed("the stream ended before the reply did (no finish_reason)")
+        if not text.strip():
+            raise malformed("response has no message content")
+        return Completion(
+            text=text,
+            usage=Usage(
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            ),
+        )
 
     def _to_completion(self, response: Any) -> Completion:
         if isinstance(response, (str, bytes)) or not hasattr(response, "choices"):
