@@ -34,6 +34,15 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--conductor-model", default=None, help="Model name at a Conductor URL."),
         click.option(
+            "--plan-grammar/--no-plan-grammar",
+            "plan_grammar",
+            default=True,
+            show_default=True,
+            help="A local model Conductor ('tiny', a model directory, models:/...) decodes under "
+            "the plan grammar, so every plan it finishes parses; --no-plan-grammar lets it "
+            "write unaided (what it learned). No effect on 'scripted' or a URL.",
+        ),
+        click.option(
             "--conductor-key-env",
             default=None,
             help="NAME of the environment variable holding the Conductor endpoint's key.",
@@ -80,8 +89,10 @@ def load_pool(pool_path: Path | None, problems_path: Path | None):
     return config
 
 
-def make_plan_source(spec: str, model: str | None, key_env: str | None):
-    """Build the plan source named by ``--conductor``."""
+def make_plan_source(
+    spec: str, model: str | None, key_env: str | None, *, plan_grammar: bool = True
+):
+    """Build the plan source named by ``--conductor`` (``--plan-grammar`` for local models)."""
     from conductor_core.policy.factory import load_plan_source
 
-    return load_plan_source(spec, model=model, api_key_env=key_env)
+    return load_plan_source(spec, model=model, api_key_env=key_env, plan_grammar=plan_grammar)

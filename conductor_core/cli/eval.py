@@ -32,6 +32,7 @@ _FIELDS = {
     "conductor": "conductor",
     "conductor_model": "conductor_model",
     "conductor_key_env": "conductor_key_env",
+    "plan_grammar": "plan_grammar",
     "max_steps": "max_steps",
     "access_mode": "access_mode",
     "descriptors": "descriptors",

@@ -25,6 +25,7 @@ def command(
     pool_path: Path | None,
     conductor: str,
     conductor_model: str | None,
+    plan_grammar: bool,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -37,7 +38,9 @@ def command(
     from conductor_core.solve import plan_request
 
     config = load_pool(pool_path, problems_path)
-    source = make_plan_source(conductor, conductor_model, conductor_key_env)
+    source = make_plan_source(
+        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
+    )
     options = solve_options(
         config,
         max_steps=max_steps,

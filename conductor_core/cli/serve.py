@@ -147,6 +147,7 @@ def command(
     pool_path: Path | None,
     conductor: str,
     conductor_model: str | None,
+    plan_grammar: bool,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -221,7 +222,9 @@ def command(
     pool = load_pool(pool_path, problems_path)
     keys = load_api_keys(config)
     configure_json_logging(log_level.upper(), secrets=keys)
-    source = make_plan_source(conductor, conductor_model, conductor_key_env)
+    source = make_plan_source(
+        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
+    )
     app = create_app(config, pool=pool, plan_source=source)
     click.echo(
         f"Conductor gateway: http://{host}:{port}/v1 (model {config.model_name}, "

@@ -37,6 +37,7 @@ def command(
     pool_path: Path | None,
     conductor: str,
     conductor_model: str | None,
+    plan_grammar: bool,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -64,7 +65,9 @@ def command(
         max_cost=max_cost,
         deadline=deadline,
     )
-    source = make_plan_source(conductor, conductor_model, conductor_key_env)
+    source = make_plan_source(
+        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
+    )
     view = None if as_json else LiveView(config)
     trace = asyncio.run(_run(question, source, config, options, sample_index, view))
     if as_json:

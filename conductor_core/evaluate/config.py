@@ -136,6 +136,12 @@ class EvalConfig(_Strict):
         default=None,
         description="NAME of the environment variable holding the Conductor endpoint's key.",
     )
+    plan_grammar: bool = Field(
+        default=True,
+        description="A local model Conductor ('tiny', a model directory, models:/...) decodes "
+        "under the plan grammar, so every plan it finishes parses (false: it writes unaided, "
+        "what it learned). No effect on 'scripted' or a URL.",
+    )
     evaluate_conductor: bool = Field(
         default=True, description="Evaluate the Conductor (false: the baselines only)."
     )

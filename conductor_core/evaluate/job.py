@@ -186,7 +186,10 @@ def run_shard(
     methods = []
     if config.evaluate_conductor:
         source = load_plan_source(
-            config.conductor, model=config.conductor_model, api_key_env=config.conductor_key_env
+            config.conductor,
+            model=config.conductor_model,
+            api_key_env=config.conductor_key_env,
+            plan_grammar=config.plan_grammar,
         )
         name = config.conductor_name or f"conductor:{config.conductor}"
         methods.append(PlanSourceMethod(name, source, opts))

@@ -72,6 +72,24 @@ class PlanResult:
         return self.workflow is not None
 
 
+def plan_grammar(
+    request: PlanRequest, max_subtask_chars: int | None = None, *, utf8: bool = False
+) -> str:
+    """The plan regex for ``request`` (:func:`~conductor_core.workflow.grammar.plan_regex` for its
+    workers, steps, access mode and round): the one grammar that a served Conductor is sent and a
+    local one decodes under; every plan it matches passes :func:`parse_result` for ``request``."""
+    from conductor_core.workflow.grammar import plan_regex
+
+    return plan_regex(
+        len(request.workers),
+        request.max_steps,
+        request.access_mode,
+        allow_empty=request.previous is not None,
+        max_subtask_chars=max_subtask_chars,
+        utf8=utf8,
+    )
+
+
 def parse_result(request: PlanRequest, raw: str, **fields: Any) -> PlanResult:
     """Parse ``raw`` for ``request`` (empty plans allowed in recursion rounds) into a PlanResult."""
     workflow, error = try_parse_plan(

@@ -22,6 +22,7 @@ def load_plan_source(
     *,
     model: str | None = None,
     api_key_env: str | None = None,
+    plan_grammar: bool = True,
     **kw: Any,
 ) -> PlanSource:
     """The plan source that ``spec`` names.
@@ -37,6 +38,11 @@ def load_plan_source(
       ``runs:/...`` or ``s3://...``: the model folder is downloaded
       (:func:`~conductor_core.track.registry.load_model_dir`), then as a directory.
 
+    ``plan_grammar`` (local models: ``tiny``, a directory, a stored model): decode under the plan
+    grammar (:mod:`~conductor_core.policy.plan_mask`), so that the model cannot write a malformed
+    plan; False lets it write unaided. Scripted plans are always well formed; a URL Conductor is
+    sent the grammar by ``structured=True`` (vLLM's structured outputs) instead.
+
     Anything else raises :class:`ConductorError` naming the accepted forms. No model is
     loaded here; only ``"tiny"`` (built on first use) and the stored forms (downloaded) do work.
     """
@@ -50,7 +56,7 @@ def load_plan_source(
         from conductor_core.policy.local import TransformersPlanSource
         from conductor_core.policy.tiny import default_tiny_dir
 
-        return TransformersPlanSource(default_tiny_dir(), **kw)
+        return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
     if lowered.startswith(("http://", "https://")):
         from conductor_core.policy.openai_policy import OpenAIPlanSource
 
@@ -59,7 +65,7 @@ def load_plan_source(
         from conductor_core.policy.local import TransformersPlanSource
         from conductor_core.track.registry import load_model_dir
 
-        return TransformersPlanSource(load_model_dir(text), **kw)
+        return TransformersPlanSource(load_model_dir(text), plan_grammar=plan_grammar, **kw)
     if text:
         path = Path(text).expanduser()
         if path.is_dir():
@@ -71,7 +77,7 @@ def load_plan_source(
                     f"give a directory written by save_pretrained"
                 )
 
-            return TransformersPlanSource(path, **kw)
+            return TransformersPlanSource(path, plan_grammar=plan_grammar, **kw)
         if path.exists():
             raise ConductorError(f"--conductor: {text} is a file, not a model directory")
     raise ConductorError(f"--conductor: cannot use {text!r}; give {ACCEPTED_FORMS}")

@@ -59,6 +59,13 @@ class TransformersPlanSource:
     prompt style it was trained with: ``prompt_style`` when given, else the one saved in the model
     folder (:data:`~conductor_core.workflow.prompts.PROMPT_SPEC_FILE`), else the request's;
     and ``max_new_tokens`` defaults to the plan length it was trained with (saved there too).
+
+    ``plan_grammar``: decode under the plan grammar, the same regex a served Conductor is sent
+    (:mod:`~conductor_core.policy.plan_mask`), so that every plan parses unless cut short by
+    ``max_new_tokens``; the model then writes the three lists without reasoning. Off here (a model
+    measured on what it writes unaided, as during training); on by default for the ``--conductor``
+    forms that :func:`~conductor_core.policy.factory.load_plan_source` builds (``solve``, ``eval``,
+    ``serve``). ``max_subtask_chars`` bounds each subtask in that grammar (None: unbounded).
     """
 
     def __init__(
@@ -72,6 +79,8 @@ class TransformersPlanSource:
         device: str = "cpu",
         dtype: str | None = None,
         prompt_style: PromptStyle | str | None = None,
+        plan_grammar: bool = False,
+        max_subtask_chars: int | None = None,
     ) -> None:
         if max_new_tokens is not None and max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -79,6 +88,8 @@ class TransformersPlanSource:
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {top_p}")
+        if max_subtask_chars is not None and max_subtask_chars < 1:
+            raise ConfigError(f"max_subtask_chars must be at least 1, got {max_subtask_chars}")
         self.model_dir = Path(model_dir).expanduser()
         self.max_new_tokens = trained_plan_tokens(self.model_dir, max_new_tokens)
         self.temperature = temperature
@@ -87,8 +98,11 @@ class TransformersPlanSource:
         self.device = device
         self.dtype = dtype
         self.prompt_style = trained_style(self.model_dir, prompt_style)
+        self.plan_grammar = bool(plan_grammar)
+        self.max_subtask_chars = max_subtask_chars
         self._model = None
         self._tokenizer = None
+        self._grammar = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -146,8 +160,15 @@ class TransformersPlanSource:
             self._load_locked()
             prompts = [self.prompt_text(r) for r in requests]
             start = time.perf_counter()
-            outputs = self._generate(prompts, seed_offset=requests[0].sample_index)
+            processor = self._grammar_processor(requests) if self.plan_grammar else None
+            outputs = self._generate(
+                prompts, seed_offset=requests[0].sample_index, processor=processor
+            )
             latency = time.perf_counter() - start
+        extra: dict[str, Any] = {"model_dir": str(self.model_dir), "batch_size": len(requests)}
+        if processor is not None:
+            # the whole batch's masking time: the grammar's share of ``latency_s``
+            extra.update(plan_grammar=True, grammar_s=processor.seconds)
         return [
             parse_result(
                 request,
@@ -155,11 +176,7 @@ class TransformersPlanSource:
                 input_tokens=n_in,
                 output_tokens=n_out,
                 latency_s=latency,
-                extra={
-                    "model_dir": str(self.model_dir),
-                    "batch_size": len(requests),
-                    "finish_reason": "stop" if stopped else "length",
-                },
+                extra={**extra, "finish_reason": "stop" if stopped else "length"},
             )
             for request, (text, n_in, n_out, stopped) in zip(requests, outputs, strict=True)
         ]
@@ -174,8 +191,16 @@ class TransformersPlanSource:
             add_generation_prompt=True,
         )
 
+    def _grammar_processor(self, requests: list[PlanRequest]) -> Any:
+        """The plan-grammar logits processor for one batch (the vocabulary is read once)."""
+        if self._grammar is None:
+            from conductor_core.policy.plan_mask import PlanGrammar
+
+            self._grammar = PlanGrammar(self._tokenizer, max_subtask_chars=self.max_subtask_chars)
+        return self._grammar.processor(requests)
+
     def _generate(
-        self, prompts: list[str], *, seed_offset: int
+        self, prompts: list[str], *, seed_offset: int, processor: Any = None
     ) -> list[tuple[str, int, int, bool]]:
         """One completion per prompt: (text, prompt tokens, completion tokens, stopped at eos)."""
         import torch
@@ -193,6 +218,10 @@ class TransformersPlanSource:
             kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if processor is not None:
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([processor])
         if self.seed is not None:
             torch.manual_seed(self.seed + seed_offset)
         with torch.inference_mode():
@@ -210,3 +239,4 @@ class TransformersPlanSource:
         """Drop the model and tokenizer (they are reloaded on next use)."""
         self._model = None
         self._tokenizer = None
+        self._grammar = None

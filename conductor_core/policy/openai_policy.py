@@ -9,7 +9,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from conductor_core.errors import ConductorError, ConfigError
-from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.policy.base import (
+    PlanRequest,
+    PlanResult,
+    as_trained,
+    parse_result,
+    plan_grammar,
+)
 from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
@@ -167,15 +173,7 @@ class OpenAIPlanSource:
 
     def grammar(self, request: PlanRequest) -> str:
         """The plan regex for ``request`` (what ``structured`` sends), parsed the same way."""
-        from conductor_core.workflow.grammar import plan_regex
-
-        return plan_regex(
-            len(request.workers),
-            request.max_steps,
-            request.access_mode,
-            allow_empty=request.previous is not None,
-            max_subtask_chars=self.max_subtask_chars,
-        )
+        return plan_grammar(request, self.max_subtask_chars)
 
     async def _call(self, fn, /, **kwargs):
         """Call the API, turning transport and HTTP failures into one clear ConductorError."""

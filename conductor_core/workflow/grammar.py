@@ -1,4 +1,4 @@
-"""The plan grammar as a regular expression, for constrained decoding of a served Conductor.
+"""The plan grammar as a regular expression, for constrained decoding of a Conductor.
 
 :func:`plan_regex` gives a regex that matches exactly the plans in the simplest canonical form
 (what :meth:`~conductor_core.workflow.model.Workflow.render` writes, without reasoning)::
@@ -23,6 +23,12 @@ change how the rest of the output is read: no ``"`` or backslash (no escapes to 
 control characters (no newlines), no unicode surrogates, and ``<`` only when followed by a
 character that cannot start a ``<think>``/``</think>`` tag (``x<3``, ``a <= b`` are fine, ``x < 3``
 is not).
+
+Engines that match UTF-8 bytes (llguidance and outlines-core, in Rust's regex syntax) reject
+surrogate code points, even inside a negated class: ``utf8=True`` gives them the same grammar
+without that range, which changes nothing on text they can produce (a surrogate has no UTF-8
+encoding). The local transformers Conductor decodes under that form
+(:mod:`conductor_core.policy.plan_mask`).
 """
 
 from __future__ import annotations
@@ -68,22 +74,28 @@ _SPACES = sorted(
     for cp in range(0x10000)
     if chr(cp).isspace() and cp not in _FORBIDDEN and not 0xD800 <= cp <= 0xDFFF
 )
-_BODY_CLASS = f"[^{_ranges(_FORBIDDEN)}{_SURROGATES}]"
-_FIRST_CLASS = f"[^{_ranges(sorted({*_FORBIDDEN, *_SPACES}))}{_SURROGATES}]"
 # '<' is allowed only before a character that cannot begin a think tag (whitespace, '/', 't', 'T'
 # and '<' itself may: <\s*/?\s*think\s*>), and never as the last character.
 _NOT_AFTER_LT = sorted({*_FORBIDDEN, *_SPACES, ord("/"), ord("t"), ord("T")})
-_AFTER_LT = f"[^{_ranges(_NOT_AFTER_LT)}{_SURROGATES}]"
-_LT = f"<{_AFTER_LT}"
 
 
-def subtask_regex(max_chars: int | None = DEFAULT_MAX_SUBTASK_CHARS) -> str:
+def _classes(utf8: bool) -> tuple[str, str, str]:
+    """A subtask's first character, any later character, and ``<`` with the character after it;
+    ``utf8`` leaves the surrogate range out (see the module docstring)."""
+    surrogates = "" if utf8 else _SURROGATES
+    first = f"[^{_ranges(sorted({*_FORBIDDEN, *_SPACES}))}{surrogates}]"
+    body = f"[^{_ranges(_FORBIDDEN)}{surrogates}]"
+    return first, body, f"<[^{_ranges(_NOT_AFTER_LT)}{surrogates}]"
+
+
+def subtask_regex(max_chars: int | None = DEFAULT_MAX_SUBTASK_CHARS, *, utf8: bool = False) -> str:
     """A double-quoted, non-blank subtask: no leading whitespace, at most ``max_chars`` units
     (a unit is one character, or ``<`` with the character after it)."""
     if max_chars is not None and max_chars < 1:
         raise ValueError(f"max_subtask_chars must be at least 1 or None, got {max_chars}")
-    first = f"(?:{_FIRST_CLASS}|{_LT})"
-    body = f"(?:{_BODY_CLASS}|{_LT})"
+    first_class, body_class, lt = _classes(utf8)
+    first = f"(?:{first_class}|{lt})"
+    body = f"(?:{body_class}|{lt})"
     rest = "*" if max_chars is None else f"{{0,{max_chars - 1}}}"
     return f'"{first}{body}{rest}"'
 
@@ -137,6 +149,7 @@ def plan_regex(
     *,
     allow_empty: bool = False,
     max_subtask_chars: int | None = DEFAULT_MAX_SUBTASK_CHARS,
+    utf8: bool = False,
 ) -> str:
     """The regex (Python syntax, for a full match) of canonical plans.
 
@@ -148,6 +161,7 @@ def plan_regex(
         max_subtask_chars: longest subtask, or None for unbounded. A bound guarantees that a plan
             ends within a known length (a constrained model otherwise may run into ``max_tokens``
             inside a string), at the cost of a larger automaton.
+        utf8: the form for engines that match UTF-8 bytes (no surrogate range; the same plans).
 
     The parser is called with the same ``num_workers``, ``max_steps``, ``access_mode`` and
     ``allow_empty``.
@@ -158,6 +172,7 @@ def plan_regex(
         AccessMode(access_mode),
         bool(allow_empty),
         max_subtask_chars,
+        bool(utf8),
     )
 
 
@@ -168,13 +183,14 @@ def _plan_regex(
     mode: AccessMode,
     allow_empty: bool,
     max_subtask_chars: int | None,
+    utf8: bool,
 ) -> str:
     if num_workers < 1:
         raise ValueError(f"num_workers must be at least 1, got {num_workers}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     worker = _number(range(num_workers))
-    subtask = subtask_regex(max_subtask_chars)
+    subtask = subtask_regex(max_subtask_chars, utf8=utf8)
     branches = [_plan_of_length(n, worker, subtask, mode) for n in range(1, max_steps + 1)]
     if allow_empty:
         branches.insert(0, r"model_id = \[\]\nsubtasks = \[\]\naccess_list = \[\]")

@@ -176,6 +176,29 @@ def test_subtask_cap_and_bad_arguments():
         subtask_regex(0)
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=_ids)
+def test_the_utf8_form_is_the_same_grammar_without_the_surrogate_range(shape):
+    n, steps, mode, empty, cap = shape
+    python = plan_regex(n, steps, mode, allow_empty=empty, max_subtask_chars=cap)
+    utf8 = plan_regex(n, steps, mode, allow_empty=empty, max_subtask_chars=cap, utf8=True)
+    assert "\\ud800" in python and "\\ud800" not in utf8
+    assert utf8 == python.replace("\\ud800-\\udfff", "")
+    rng = Random(n + steps)
+    for _ in range(50):  # the same plans (no plan can hold a surrogate in UTF-8)
+        text = _random_workflow(rng, n, steps, mode).render()
+        assert bool(re.fullmatch(python, text)) == bool(re.fullmatch(utf8, text))
+
+
+def test_byte_level_engines_take_the_utf8_form_only():
+    matcher = pytest.importorskip("llguidance").LLMatcher
+
+    def error(pattern: str) -> str:  # "" when valid
+        return matcher.validate_grammar(matcher.grammar_from_regex(pattern))
+
+    assert error(plan_regex(3, 2, "index", allow_empty=True, utf8=True)) == ""
+    assert "not a Unicode scalar value" in error(plan_regex(3, 2))  # why the utf8 form exists
+
+
 def test_regex_stays_small_for_the_largest_gateway_plans():
     # GatewayConfig allows up to 20 steps; counted repetition keeps the pattern linear.
     assert len(plan_regex(20, 20)) < 40_000

@@ -108,7 +108,7 @@ def test_plan_messages_descriptor_mode() -> None:
 def test_recursion_round_accepts_the_keep_plan(model_dir: Path, monkeypatch) -> None:
     src = TransformersPlanSource(model_dir, max_new_tokens=4)
     keep = "Keep it.\nmodel_id = []\nsubtasks = []\naccess_list = []"
-    monkeypatch.setattr(src, "_generate", lambda prompts, seed_offset: [(keep, 10, 4, True)])
+    monkeypatch.setattr(src, "_generate", lambda prompts, **_: [(keep, 10, 4, True)])
     src.load()
     result = asyncio.run(src.plan(_request(previous=PreviousRound(plan="x", answer="y"))))
     assert result.ok and result.workflow.is_keep
