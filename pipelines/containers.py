@@ -66,7 +66,7 @@ class Rehearsal:
             user=TASK_USER,
             environment=self.environment,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges", *self.security_options],
+            security_opt=["no-new-privileges", *api_security_options(self.security_options)],
             labels={RUN_LABEL: self.rehearsal_id},
             tmpfs={p: "mode=1777" for p in self.scratch},
         )
@@ -132,10 +132,11 @@ def empty_dir_paths(path: Path) -> list[str]:
 
 
 def sandbox_security_options(path: Path) -> list[str]:
-    """Docker ``--security-opt`` values that give the containers what the compiled pods' sandbox
-    settings ask for: seccomp ``Unconfined`` -> ``seccomp=unconfined``, AppArmor ``Unconfined``
-    -> ``apparmor=unconfined``, ``procMount: Unmasked`` -> ``systempaths=unconfined`` (what bwrap
-    needs to create its namespaces as a non-root user; docs/sandbox.md).
+    """Docker ``--security-opt`` values (as the docker command line takes them) that give the
+    containers what the compiled pods' sandbox settings ask for: seccomp ``Unconfined`` ->
+    ``seccomp=unconfined``, AppArmor ``Unconfined`` -> ``apparmor=unconfined``, ``procMount:
+    Unmasked`` -> ``systempaths=unconfined`` (what bwrap needs to create its namespaces as a
+    non-root user; docs/sandbox.md).
 
     Raises:
         ConductorError: a Localhost profile, which this rehearsal cannot load.
@@ -164,6 +165,26 @@ def sandbox_security_options(path: Path) -> list[str]:
             if container.get("securityContext", {}).get("procMount") == "Unmasked":
                 options.add("systempaths=unconfined")
     return sorted(options)
+
+
+CLI_ONLY_OPTIONS = ("systempaths=unconfined",)
+"""Options the docker command line turns into other API fields (``systempaths=unconfined`` ->
+empty ``MaskedPaths``/``ReadonlyPaths``), which the Docker SDK, and so KFP's DockerRunner,
+cannot set."""
+
+
+def api_security_options(options: list[str]) -> list[str]:
+    """The options of ``options`` the Docker API takes as ``SecurityOpt``; warns about the rest
+    (without an unmasked /proc the sandbox in the rehearsal's tasks cannot create namespaces and
+    refuses to run generated code, unless the pods accept limits only)."""
+    dropped = [o for o in options if o in CLI_ONLY_OPTIONS]
+    if dropped:
+        log.warning(
+            "--docker: %s cannot be given through KFP's DockerRunner (the Docker SDK has no "
+            "MaskedPaths field); the tasks run with a masked /proc",
+            ", ".join(dropped),
+        )
+    return [o for o in options if o not in CLI_ONLY_OPTIONS]
 
 
 def secret_env_names(path: Path) -> list[str]:
