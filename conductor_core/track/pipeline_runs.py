@@ -13,8 +13,7 @@ handing run ids around:
 - :func:`nested_run` is the general form (any identifying tags); evaluation uses it for one run
   per evaluated method.
 - :func:`close_pipeline_run` ends the parent and whatever of it still runs with the pipeline's
-  final state (the pipeline's exit handler); until then it shows RUNNING. :func:`end_pipeline_run`
-  ends a parent known by its run id.
+  final state (the pipeline's exit handler); until then it shows RUNNING.
 
 Nested runs live in their parent's experiment and inherit its ``conductor.kfp_run_id``,
 ``conductor.pipeline`` and git commit tags, plus ``conductor.pipeline_run_id`` (the root run), so
@@ -179,7 +178,7 @@ def pipeline_run(
     pipeline run (and every retry) gets the same run. A new run is named
     ``<pipeline>-<kfp_run_id>`` and tagged ``conductor.pipeline``, ``conductor.kfp_run_id``,
     ``conductor.role=pipeline`` and, when known (see :func:`git_commit`), ``conductor.git_commit``
-    and ``mlflow.source.git.commit``. It stays RUNNING until :func:`end_pipeline_run`.
+    and ``mlflow.source.git.commit``. It stays RUNNING until :func:`close_pipeline_run`.
 
     Args:
         pipeline: the pipeline's name.
@@ -212,15 +211,6 @@ def pipeline_run(
             client.set_tag(run_id, key, value)
     return run_id
 
-
-@restores_tracking_uri
-def end_pipeline_run(
-    run_id: str, status: str = "FINISHED", *, tracking_uri: str | None = None
-) -> None:
-    """End a parent run ``FINISHED``, ``FAILED`` or ``KILLED`` (for the pipeline's exit task)."""
-    if status not in ("FINISHED", "FAILED", "KILLED"):
-        raise ConfigError(f"end_pipeline_run: status {status!r} is not FINISHED, FAILED or KILLED")
-    configure(tracking_uri).MlflowClient().set_terminated(run_id, status=status)
 
 
 @restores_tracking_uri
@@ -462,7 +452,6 @@ __all__ = [
     "TAG_STAGE",
     "PipelineRun",
     "close_pipeline_run",
-    "end_pipeline_run",
     "find_nested_run",
     "first_pipeline_run_since",
     "git_commit",

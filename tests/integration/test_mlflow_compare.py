@@ -27,7 +27,7 @@ from conductor_core.track.pipeline_runs import (
     TAG_PIPELINE_RUN,
     TAG_ROLE,
     TAG_STAGE,
-    end_pipeline_run,
+    close_pipeline_run,
     git_commit,
     pipeline_run,
     stage_run,
@@ -131,7 +131,7 @@ def test_pipeline_run_and_stage_runs_are_found_again(env):
     assert tags["mlflow.source.git.commit"] == "0123abcd" and tags["team"] == "ml"
     assert pipeline_run("conductor-train", "kfp-2", experiment="pipe") != parent
     assert _client().get_run(parent).info.status == "RUNNING"
-    end_pipeline_run(parent)
+    assert close_pipeline_run("kfp-1", "FINISHED", experiment="pipe") == (parent, 0)
     assert _client().get_run(parent).info.status == "FINISHED"
 
 
