@@ -23,9 +23,9 @@ from conductor_core.evaluate.runner import RunConfig, run_eval
 from conductor_core.policy.scripted import ScriptedPlanSource
 from conductor_core.solve import SolveOptions
 from conductor_core.tasks.problem import Problem, write_jsonl
+from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated import bundled_pool_path
 
 
 def make_problems(n: int, seed: int = 0) -> list[Problem]:

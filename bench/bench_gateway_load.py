@@ -51,7 +51,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from conductor_core.workers.simulated import bundled_pool_path
+from conductor_core.workers.bundled import bundled_pool_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "conductor_core" / "resources" / "problems" / "demo.jsonl"

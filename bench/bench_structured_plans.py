@@ -27,8 +27,8 @@ from conductor_core.policy.openai_policy import OpenAIPlanSource
 from conductor_core.solve import plan_request, solve_options
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_problems_path
+from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
-from conductor_core.workers.simulated import bundled_pool_path
 from tests.support.vllm_server import (
     VllmUnavailable,
     build_warm_conductor,

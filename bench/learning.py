@@ -153,7 +153,7 @@ def learning_experiment(
     ``pool_seed`` trains on :func:`random_pool` ``(pool_seed)`` instead of the bundled pool.
     """
     from conductor_core.train.grpo import INIT_DIR, WARM_DIR, load_model, run_stage
-    from conductor_core.train.tracking import make_tracker
+    from conductor_core.train.stage_tracker import make_tracker
 
     extra = with_random_pool(extra, pool_seed, Path(out) / "pool.yaml")
 

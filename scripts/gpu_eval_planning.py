@@ -30,7 +30,7 @@ def main() -> None:
     from conductor_core.policy.base import PlanRequest, WorkerInfo
     from conductor_core.policy.vllm_batch import VLLMBatchPlanSource
     from conductor_core.tasks.problem import read_problems
-    from conductor_core.workers.simulated import bundled_problems_path
+    from conductor_core.workers.bundled import bundled_problems_path
 
     base = read_problems(bundled_problems_path())
     questions = [f"{base[i % len(base)].question} (#{i})" for i in range(args.problems)]

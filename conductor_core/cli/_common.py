@@ -80,8 +80,8 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def load_pool(pool_path: Path | None, problems_path: Path | None):
     """The pool config (the bundled simulated pool by default); ``--problems`` replaces the
     problems its simulated workers know."""
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool as load_pool_file
-    from conductor_core.workers.simulated import bundled_pool_path
 
     config = load_pool_file(pool_path or bundled_pool_path())
     if problems_path is not None:

@@ -232,7 +232,7 @@ def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
     _print_summary(report.summary)
     click.echo(f"report: {report.paths['markdown']} and {report.paths['html']}")
     if use_mlflow or parent_run:
-        from conductor_core.evaluate.tracking import log_evaluation
+        from conductor_core.evaluate.mlflow_logging import log_evaluation
 
         logged = log_evaluation(
             report.summary,
@@ -266,8 +266,8 @@ def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) ->
     from conductor_core.evaluate.records import read_records
     from conductor_core.evaluate.routers.base import single_methods
     from conductor_core.tasks.problem import read_problems
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import bundled_pool_path
 
     pool = load_pool(pool_path or bundled_pool_path())
     recs = [r for path in records for r in read_records(path)]
@@ -322,7 +322,7 @@ def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs)
     newest evaluations, whether run on their own or by a pipeline."""
     import json
 
-    from conductor_core.evaluate.tracking import compare_runs
+    from conductor_core.evaluate.mlflow_logging import compare_runs
 
     if parent_run and kfp_run_id:
         raise click.UsageError("give --parent-run or --kfp-run-id, not both")

@@ -46,8 +46,9 @@ def serve_command(
 ) -> None:
     """Serve the pool's simulated workers at http://HOST:PORT/v1 (one model per worker)."""
     from conductor_core.serve.simulator import serve
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import bundled_pool_path, known_problems
+    from conductor_core.workers.problem_bank import known_problems
 
     pool = load_pool(pool_path or bundled_pool_path())
     if problems_path is not None:
@@ -75,8 +76,8 @@ def serve_command(
 )
 def pool_for_endpoint_command(url: str, out_path: str, pool_path: str | None) -> None:
     """Write a pool whose workers are the simulator's models reached through provider 'openai'."""
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import bundled_pool_path
 
     endpoint = normalise_endpoint(url)
     models = fetch_models(endpoint)

@@ -74,7 +74,7 @@ def command(
         click.echo(json.dumps(trace.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         view.summary(trace)
-        from conductor_core.workers.simulated import known_problem
+        from conductor_core.workers.problem_bank import known_problem
 
         known = known_problem(config, question)
         if known is not None and trace.answer is not None:

@@ -106,7 +106,7 @@ def load_eval_problems(
     from conductor_core.tasks.problem import read_problems
 
     if benchmark == "demo":
-        from conductor_core.workers.simulated import bundled_problems_path
+        from conductor_core.workers.bundled import bundled_problems_path
 
         problems = read_problems(bundled_problems_path())
         wanted = split or "test"
@@ -139,7 +139,7 @@ def run_shard(
     anything is written.
 
     MLflow (``config.mlflow.enabled``, or a ``parent_run_id``): an evaluation run with one nested
-    run per method (see :func:`~conductor_core.evaluate.tracking.log_evaluation`). With
+    run per method (see :func:`~conductor_core.evaluate.mlflow_logging.log_evaluation`). With
     ``parent_run_id`` (a pipeline run from
     :func:`~conductor_core.track.pipeline_runs.pipeline_run`) the evaluation run is that run's
     nested run of ``stage`` (default ``aggregate`` for a single shard, ``evaluate-IofN`` for one
@@ -156,9 +156,9 @@ def run_shard(
     from conductor_core.policy.factory import load_plan_source
     from conductor_core.solve import solve_options
     from conductor_core.tasks.problem import write_jsonl
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
     from conductor_core.workers.pool import WorkerPool
-    from conductor_core.workers.simulated import bundled_pool_path
 
     say = log or (lambda msg: None)
     started = time.perf_counter()
@@ -256,7 +256,7 @@ def run_shard(
         new_records=max(0, len(records) - before),
     )
     if config.mlflow.enabled or parent_run_id:
-        from conductor_core.evaluate.tracking import EVAL_STAGE, log_evaluation
+        from conductor_core.evaluate.mlflow_logging import EVAL_STAGE, log_evaluation
 
         baseline_names = {m.name for m in baselines}
         conductor_methods = {m.name for m in methods} - baseline_names

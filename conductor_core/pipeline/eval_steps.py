@@ -80,7 +80,7 @@ def eval_shard_step(
 def _benchmark_path(benchmark: str) -> str:
     """``held-out`` names the bundled training problems file (its ``test`` split is held out)."""
     if benchmark == "held-out":
-        from conductor_core.workers.simulated import bundled_train_problems_path
+        from conductor_core.workers.bundled import bundled_train_problems_path
 
         return str(bundled_train_problems_path())
     return benchmark
@@ -112,7 +112,7 @@ def aggregate_step(
     (Path(out_dir) / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
     parent = parent_run(run_id, pipeline, tracking_uri)
     if parent is not None:
-        from conductor_core.evaluate.tracking import log_evaluation
+        from conductor_core.evaluate.mlflow_logging import log_evaluation
 
         log_evaluation(
             report.summary,

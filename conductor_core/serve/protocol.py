@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from collections import deque
@@ -51,6 +52,9 @@ SHOULD_RETRY_HEADER = "x-should-retry"
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 """The 4xx statuses that a retry of the same request can turn into a success."""
+
+SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+"""A client's ``X-Request-ID`` the gateway echoes; any other is replaced by a fresh id."""
 
 
 def _omitted_not_required(schema: dict[str, Any], cls: type) -> None:

@@ -57,7 +57,8 @@ from conductor_core.serve.protocol import (
     parse_chat_request,
 )
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workers.simulated import SimulatedProvider, known_problems
+from conductor_core.workers.problem_bank import known_problems
+from conductor_core.workers.simulated import SimulatedProvider
 from conductor_core.workers.types import Messages
 
 __all__ = [

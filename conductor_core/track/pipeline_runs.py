@@ -212,7 +212,6 @@ def pipeline_run(
     return run_id
 
 
-
 @restores_tracking_uri
 def close_pipeline_run(
     kfp_run_id: str,

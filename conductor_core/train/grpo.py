@@ -27,7 +27,7 @@ from conductor_core.errors import ConfigError, require
 from conductor_core.train import ranks
 from conductor_core.train.config import StageConfig
 from conductor_core.train.reward import ConductorReward, RoundState, Truncation
-from conductor_core.train.tracking import NoopTracker, Tracker, make_tracker
+from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
 
 SUMMARY_FILE = "summary.json"
@@ -66,7 +66,7 @@ def load_inputs(config: StageConfig):
     from conductor_core.train.data import select_problems
     from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import known_problems
+    from conductor_core.workers.problem_bank import known_problems
 
     spec = config.data
     problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
@@ -351,10 +351,10 @@ def make_callbacks(
     """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync."""
     from transformers import TrainerCallback
 
-    from conductor_core.train import storage
+    from conductor_core.train import checkpoints
 
     sample_n = config.tracking.sample_plans
-    remote = config.checkpoint_uri() if storage.is_s3(config.checkpoint_uri()) else None
+    remote = config.checkpoint_uri() if checkpoints.is_s3(config.checkpoint_uri()) else None
     if not ranks.is_main_process():
         remote = None  # the trainer saves checkpoints on rank 0; rank 0 uploads them
 
@@ -393,7 +393,7 @@ def make_callbacks(
             name = f"checkpoint-{state.global_step}"
             local = Path(args.output_dir) / name
             if local.is_dir():
-                storage.upload_dir(local, f"{remote.rstrip('/')}/{name}")
+                checkpoints.upload_dir(local, f"{remote.rstrip('/')}/{name}")
 
     callbacks: list[Any] = [_Track()]
     if remote:
@@ -474,7 +474,7 @@ def run_stage(
     than 0 track nothing (``tracker`` is replaced by a :class:`NoopTracker`), write no outputs
     and log one line at the end; their result's ``run_id`` is None.
     """
-    from conductor_core.train import storage
+    from conductor_core.train import checkpoints
     from conductor_core.train.data import build_dataset, stage_options
     from conductor_core.train.exploration import routing_exploration
 
@@ -489,7 +489,7 @@ def run_stage(
     out.mkdir(parents=True, exist_ok=True)
     if main:
         config.to_yaml(out / "config.yaml")
-    point = storage.find_resume_point(config)
+    point = checkpoints.find_resume_point(config)
     tracker = tracker or make_tracker(config, resume=point.exists)
     started = time.perf_counter()
     tracker.start()
@@ -513,13 +513,13 @@ def run_stage(
             )
             model, tokenizer = prepare_model(config, train, len(pool.workers), device, say)
             if not launch.is_local_main:
-                point = storage.find_resume_point(config)  # what the local main downloaded
+                point = checkpoints.find_resume_point(config)  # what the local main downloaded
             local_ckpt = point.local_dir
             local_ckpt.mkdir(parents=True, exist_ok=True)
             resume = point.local
             if point.remote:
                 say(f"resume: downloading {point.remote} from {config.checkpoint_uri()}")
-                resume = storage.download_checkpoint(
+                resume = checkpoints.download_checkpoint(
                     config.checkpoint_uri(), point.remote, local_ckpt
                 )
         dataset = build_dataset(train, len(pool.workers), config)

@@ -21,7 +21,7 @@ from pathlib import Path
 from random import Random
 
 from conductor_core.tasks.problem import Domain, Problem
-from conductor_core.workers.simulated import bundled_train_problems_path
+from conductor_core.workers.bundled import bundled_train_problems_path
 
 __all__ = ["bundled_train_pool_path", "bundled_train_problems_path", "synthetic_problems"]
 

@@ -19,7 +19,8 @@ from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import stage_prompt
-from conductor_core.workers.simulated import ProblemBank, hedge_answer, render_answer
+from conductor_core.workers.problem_bank import ProblemBank
+from conductor_core.workers.simulated_answers import hedge_answer, render_answer
 from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"

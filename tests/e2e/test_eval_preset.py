@@ -15,7 +15,7 @@ def test_paper_preset_runs_every_benchmark_and_reports_the_paper_column(tmp_path
     from conductor_core.cli import main
     from conductor_core.evaluate.presets import paper_reference
     from conductor_core.tasks.sources.math_sources import math500_subset_ids
-    from conductor_core.workers.simulated import bundled_pool_path
+    from conductor_core.workers.bundled import bundled_pool_path
 
     data = tmp_path / "data"
     shutil.copytree(FIXTURES, data)

@@ -23,9 +23,9 @@ from conductor_core.evaluate.routers.routerdc import RouterDC, RouterDCConfig, f
 from conductor_core.evaluate.runner import RunConfig, run_eval
 from conductor_core.evaluate.specs import build_baselines
 from conductor_core.tasks.problem import Problem, read_jsonl
+from conductor_core.workers.bundled import bundled_train_problems_path
 from conductor_core.workers.config import load_pool
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated import bundled_train_problems_path
 
 _HAVE_ENCODER = all(
     importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "all_minilm_l6_v2")

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from conductor_core.cli import cli
 from conductor_core.evaluate import EvalConfig, run_shard
 from conductor_core.evaluate.aggregate import OVERALL, aggregate
+from conductor_core.evaluate.mlflow_logging import compare_runs, log_evaluation, method_metrics
 from conductor_core.evaluate.records import read_records
-from conductor_core.evaluate.tracking import compare_runs, log_evaluation, method_metrics
 from conductor_core.track import pipeline_runs
 from conductor_core.track.mlflow_run import log_metrics, tracking_at
 from conductor_core.track.pipeline_runs import (
@@ -283,7 +283,7 @@ def test_an_evaluation_outside_a_pipeline_gets_its_own_parent(env, shard):
 
 def test_training_stage_logs_into_its_pipeline_stage_run(env, tmp_path, monkeypatch):
     from conductor_core.train.config import build_config
-    from conductor_core.train.tracking import MlflowTracker, make_tracker, read_run_file
+    from conductor_core.train.stage_tracker import MlflowTracker, make_tracker, read_run_file
 
     parent = pipeline_run("conductor-train", "kfp-train", experiment="pipe")
     config = build_config(

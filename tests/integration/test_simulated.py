@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conductor_core.tasks.problem import Domain
-from conductor_core.workers.simulated import ProblemBank, SimulatedProvider
+from conductor_core.workers.problem_bank import ProblemBank
+from conductor_core.workers.simulated import SimulatedProvider
 from tests.support.simulated import ask, make_worker, worker_message
 
 

@@ -12,13 +12,15 @@ from click.testing import CliRunner
 
 from conductor_core.serve.simulator import create_app, running_app
 from conductor_core.tasks.problem import Problem, write_jsonl
+from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import (
     PoolConfig,
     RetryConfig,
     WorkerConfig,
     load_pool,
 )
-from conductor_core.workers.simulated import ProblemBank, bundled_pool_path, is_right_text
+from conductor_core.workers.problem_bank import ProblemBank
+from conductor_core.workers.simulated_answers import is_right_text
 
 RETRY_AFTER_S = 0.2
 HANG_S = 3.0

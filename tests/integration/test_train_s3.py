@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def s3(s3_env):
     """A boto3 client built the way training builds it (endpoint and keys from ``s3_env``)."""
-    from conductor_core.train.storage import s3_client
+    from conductor_core.train.checkpoints import s3_client
 
     return s3_client()
 
@@ -27,7 +27,7 @@ def base(s3_env) -> str:
 
 
 def test_storage_round_trip(s3, base, tmp_path):
-    from conductor_core.train import storage
+    from conductor_core.train import checkpoints
 
     for step in (1, 2, 3):
         d = tmp_path / "local" / f"checkpoint-{step}"
@@ -35,11 +35,11 @@ def test_storage_round_trip(s3, base, tmp_path):
         (d / "weights.bin").write_bytes(b"w" * step)
         if step < 3:  # checkpoint-3 is incomplete (no trainer state)
             (d / "trainer_state.json").write_text("{}")
-        storage.upload_dir(d, f"{base}/run/checkpoint-{step}", client=s3)
-    assert storage.latest_remote_checkpoint(f"{base}/run", client=s3) == "checkpoint-2"
-    got = storage.download_checkpoint(f"{base}/run", "checkpoint-2", tmp_path / "dl", client=s3)
+        checkpoints.upload_dir(d, f"{base}/run/checkpoint-{step}", client=s3)
+    assert checkpoints.latest_remote_checkpoint(f"{base}/run", client=s3) == "checkpoint-2"
+    got = checkpoints.download_checkpoint(f"{base}/run", "checkpoint-2", tmp_path / "dl", client=s3)
     assert (got / "weights.bin").read_bytes() == b"ww"
-    assert storage.last_local_checkpoint(tmp_path / "dl") == got
+    assert checkpoints.last_local_checkpoint(tmp_path / "dl") == got
 
 
 def test_stage_uploads_checkpoints_and_resumes_from_s3(s3_env, base, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from conductor_core.track.mlflow_run import tracking_at
 from conductor_core.track.tracker import RunTracker
-from conductor_core.train.tracking import (
+from conductor_core.train.stage_tracker import (
     RUN_FILE,
     MlflowTracker,
     Tracker,

@@ -36,7 +36,7 @@ def test_solve_json_prints_the_trace(capsys) -> None:
 
 def test_solve_grades_a_question_of_the_problems_the_workers_know(tmp_path, capsys) -> None:
     from conductor_core.tasks.problem import Problem, write_jsonl
-    from conductor_core.workers.simulated import bundled_pool_path
+    from conductor_core.workers.bundled import bundled_pool_path
 
     question = "What is 6 times 7?"
     problem = Problem(id="m-own", source="t", domain="math", question=question, reference="42")

@@ -24,8 +24,8 @@ from conductor_core.serve.protocol import (
     RequestError,
     parse_chat_request,
 )
+from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
-from conductor_core.workers.simulated import bundled_pool_path
 
 QUESTION = "What is 6 times 7?"
 

@@ -139,8 +139,8 @@ def test_prompt_style_travels_on_the_request() -> None:
 
 def test_solve_options_from_settings_carry_the_prompt_style() -> None:
     from conductor_core.solve import solve_options
+    from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.simulated import bundled_pool_path
 
     pool = load_pool(bundled_pool_path())
     opts = solve_options(pool, max_steps=3, descriptors=True, prompt_style="compact", rounds=2)

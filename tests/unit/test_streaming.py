@@ -25,15 +25,11 @@ from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.serving import AnswerStream, cut_to_tokens
 from conductor_core.serve.simulator import create_app as create_simulator
 from conductor_core.solve import SolveOptions, solve
+from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool, parse_pool
 from conductor_core.workers.pool import WorkerPool
 from conductor_core.workers.providers.openai_compat import OpenAIProvider
-from conductor_core.workers.simulated import (
-    STREAM_CHUNKS,
-    SimulatedProvider,
-    bundled_pool_path,
-    stream_pieces,
-)
+from conductor_core.workers.simulated import STREAM_CHUNKS, SimulatedProvider, stream_pieces
 from conductor_core.workers.types import Completion, ErrorKind, ProviderError, Usage
 from conductor_core.workflow.executor import execute
 from conductor_core.workflow.model import Step, Workflow

@@ -5,7 +5,7 @@ tests/integration/test_train_tracking.py)."""
 from __future__ import annotations
 
 from conductor_core.train.config import build_config
-from conductor_core.train.tracking import (
+from conductor_core.train.stage_tracker import (
     RUN_FILE,
     MlflowTracker,
     NoopTracker,

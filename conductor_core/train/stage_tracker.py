@@ -265,7 +265,7 @@ class MlflowTracker(RunTracker):
 
 def has_checkpoint(config: Any) -> bool:
     """True when :func:`~conductor_core.train.grpo.run_stage` will resume ``config``'s stage."""
-    from conductor_core.train.storage import find_resume_point
+    from conductor_core.train.checkpoints import find_resume_point
 
     return find_resume_point(config).exists
 
@@ -279,7 +279,7 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
     ``tracking.parent_run_id`` it logs into the pipeline run's nested run named after
     ``config.stage`` instead.
     """
-    from conductor_core.train.storage import is_s3
+    from conductor_core.train.checkpoints import is_s3
 
     spec = config.tracking
     if spec.backend == "none":
