@@ -339,7 +339,9 @@ def run_local(
             from pipelines.containers import leftover_containers
 
             leftovers = leftover_containers(backend.rehearsal_id)
-        pipeline_name, tracking_uri = backend.pipeline.name, backend.tracking_uri
+        # A KFP pipeline carries its name; anything else callable (a test's) goes by ours.
+        pipeline_name = getattr(backend.pipeline, "name", name)
+        tracking_uri = backend.tracking_uri
         run_dir, found = _run_folder_and_mlflow_run(
             kfp_root, before, pipeline_name, started_ms, tracking_uri
         )
