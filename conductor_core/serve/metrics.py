@@ -17,6 +17,11 @@ Metric names (all prefixed ``conductor_gateway_``):
   else 0; local and simulated workers 1; hosted APIs of other providers absent);
 * ``read_timeouts_total{phase}`` (headers|body: connections closed because a request did not
   arrive in time).
+
+The labelled children that every request touches are looked up once and kept
+(:meth:`GatewayMetrics.child`): ``labels()`` validates and locks on each call, which cost more
+than the counting itself. Label values come from bounded sets (routes, methods, statuses, pool
+workers, outcomes), so the cache holds no more series than the registry does.
 """
 
 from __future__ import annotations
@@ -101,22 +106,30 @@ class GatewayMetrics:
             ["phase"],
             **reg,
         )
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, looked up once per label values and kept."""
+        key = (id(metric), *values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count one HTTP request and its latency."""
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
-        self.latency.labels(route=route).observe(seconds)
+        self.child(self.requests, route, method, str(status)).inc()
+        self.child(self.latency, route).observe(seconds)
 
     def observe_workflow(self, trace: SolveTrace, worker_names: list[str], outcome: str) -> None:
         """Count one finished workflow from its trace (``worker_names[i]`` = pool worker i)."""
-        self.workflows.labels(outcome=outcome).inc()
+        child = self.child
+        child(self.workflows, outcome).inc()
         self.rounds.observe(len(trace.rounds))
         steps = 0
         for rnd in trace.rounds:
-            self.tokens.labels(source="conductor", kind="prompt").inc(rnd.conductor_input_tokens)
-            self.tokens.labels(source="conductor", kind="completion").inc(
-                rnd.conductor_output_tokens
-            )
+            child(self.tokens, "conductor", "prompt").inc(rnd.conductor_input_tokens)
+            child(self.tokens, "conductor", "completion").inc(rnd.conductor_output_tokens)
             if rnd.workflow is None:
                 continue
             for step in rnd.workflow.steps:
@@ -124,20 +137,19 @@ class GatewayMetrics:
                     continue
                 steps += 1
                 name = _name(worker_names, step.worker)
-                self.worker_calls.labels(worker=name).inc()
+                child(self.worker_calls, name).inc()
                 if step.retries:
-                    self.worker_retries.labels(worker=name).inc(step.retries)
+                    child(self.worker_retries, name).inc(step.retries)
                 if step.error is not None:
-                    kind = step.error_kind or "unknown"
-                    self.worker_errors.labels(worker=name, kind=kind).inc()
+                    child(self.worker_errors, name, step.error_kind or "unknown").inc()
         self.steps.observe(steps)
-        self.tokens.labels(source="workers", kind="prompt").inc(trace.input_tokens)
-        self.tokens.labels(source="workers", kind="completion").inc(trace.output_tokens)
+        child(self.tokens, "workers", "prompt").inc(trace.input_tokens)
+        child(self.tokens, "workers", "completion").inc(trace.output_tokens)
         self.cost.inc(max(0.0, trace.cost))
 
     def observe_failure(self, outcome: str) -> None:
         """Count a workflow that ended without a trace (timeout, error)."""
-        self.workflows.labels(outcome=outcome).inc()
+        self.child(self.workflows, outcome).inc()
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""

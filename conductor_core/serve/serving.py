@@ -387,6 +387,8 @@ class ConductorServing:
         # readiness: a drain file older than this process is a leftover of an earlier container
         self._started_at = time.time()
         self._probe_transport = probe_transport
+        self._probe_http: Any = None  # the checks' HTTP client, built on first use
+        self._probe_loop: asyncio.AbstractEventLoop | None = None
         self._conductor_status: tuple[float, str] | None = None  # (monotonic time, result)
         self._conductor_check: asyncio.Task[str] | None = None
         self._health_task: asyncio.Task[None] | None = None
@@ -474,8 +476,7 @@ class ConductorServing:
             )
         if extra.workers is not None:
             ids = self._worker_ids(extra.workers)
-            changes["worker_ids"] = ids
-            changes["descriptions"] = tuple(self.pool_config.workers[i].description for i in ids)
+            changes["worker_ids"] = ids  # descriptions stay the pool's, indexed by pool id
         return dataclasses.replace(opts, **changes), extra.return_trace
 
     def redact(self, text: str) -> str:
@@ -728,9 +729,7 @@ class ConductorServing:
             return f'{head}"content": {json.dumps(text, ensure_ascii=False)}{tail}'
 
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        translate = _EventTranslator(
-            self.worker_names, job.options.offered(len(self.pool)), self.redact
-        )
+        translate = _EventTranslator(self.worker_names, self.redact)
         answer_stream = AnswerStream(job.max_answer_tokens)
 
         def on_answer_delta(text: str) -> None:
@@ -832,10 +831,10 @@ class ConductorServing:
         ``unreachable (ConnectError)``, ...)."""
         if not self._health_targets:
             return {}
-        async with self._probe_client() as client:
-            results = await asyncio.gather(
-                *(self._probe(client, url, env) for url, (env, _) in self._health_targets.items())
-            )
+        client = self._probe_client()
+        results = await asyncio.gather(
+            *(self._probe(client, url, env) for url, (env, _) in self._health_targets.items())
+        )
         out: dict[str, str] = {}
         for (_, names), result in zip(self._health_targets.values(), results, strict=True):
             for name in names:
@@ -844,11 +843,18 @@ class ConductorServing:
         return out
 
     def _probe_client(self) -> Any:
-        import httpx
+        """The HTTP client of the readiness and health checks: built once per event loop and
+        kept until :meth:`aclose` (building one costs about 20 ms of CPU, its TLS context: a
+        check every few seconds paid that each time)."""
+        loop = asyncio.get_running_loop()
+        if self._probe_http is None or self._probe_loop is not loop:
+            import httpx
 
-        return httpx.AsyncClient(
-            timeout=self.config.readiness_timeout_s, transport=self._probe_transport
-        )
+            self._probe_http = httpx.AsyncClient(
+                timeout=self.config.readiness_timeout_s, transport=self._probe_transport
+            )
+            self._probe_loop = loop
+        return self._probe_http
 
     async def _probe(self, client: Any, url: str, key_env: str | None) -> str:
         """``ok`` when ``url`` answers 200 within ``config.readiness_timeout_s``, else why not."""
@@ -906,8 +912,7 @@ class ConductorServing:
 
     async def _check_conductor(self, url: str, key_env: str | None) -> str:
         try:
-            async with self._probe_client() as client:
-                result = await self._probe(client, url, key_env)
+            result = await self._probe(self._probe_client(), url, key_env)
             self._conductor_status = (time.monotonic(), result)
             self.metrics.conductor_up.set(1 if result == "ok" else 0)
             return result
@@ -989,8 +994,13 @@ class ConductorServing:
         try:
             await self.drain(timeout)
         finally:
-            await self.pool.aclose()
-            await self.plan_source.aclose()
+            try:
+                await self.pool.aclose()
+                await self.plan_source.aclose()
+            finally:
+                probe, self._probe_http = self._probe_http, None
+                if probe is not None:
+                    await probe.aclose()
 
 
 _ANSWER_DELTA = "answer_delta"
@@ -1006,17 +1016,15 @@ _STREAM_BROKEN = RequestError(
 
 
 class _EventTranslator:
-    """Turns solve-loop and executor events into :class:`ConductorEvent` (pool worker ids; a
-    step's error passed through ``redact``)."""
+    """Turns solve-loop and executor events into :class:`ConductorEvent` (pool worker ids, as
+    plans are written; a step's error passed through ``redact``)."""
 
     def __init__(
         self,
         worker_names: list[str],
-        offered: tuple[int, ...],
         redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.names = worker_names
-        self.offered = offered
         self.redact = redact
         self.round = 0
 
@@ -1032,10 +1040,7 @@ class _EventTranslator:
             kind = "plan"
             plan = event.get("plan")
             if plan:
-                data["workers"] = [
-                    self.offered[i] if 0 <= i < len(self.offered) else i
-                    for i in plan.get("model_id", [])
-                ]
+                data["workers"] = list(plan.get("model_id", []))
         elif kind == "step_start":
             data["worker_name"] = self._name(int(event["worker"]))
         elif kind == "step_end":

@@ -221,3 +221,31 @@ def test_worker_health_goes_to_metrics_in_the_background(keys) -> None:
         ("worker-up.internal", "Bearer sk-worker-provider-key"),
     ]
     assert task is not None and task.done()  # stopped with the lifespan
+
+
+def test_the_checks_keep_one_http_client_until_shutdown(keys, monkeypatch) -> None:
+    """Building an HTTP client costs about 20 ms of CPU (its TLS context): the readiness and
+    health checks share one, closed with the gateway."""
+    upstreams = Upstreams()
+    built: list[httpx.AsyncClient] = []
+
+    class Counting(httpx.AsyncClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if isinstance(kwargs.get("transport"), httpx.MockTransport):
+                built.append(self)  # the gateway's checks (the test's own client is ASGI)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "AsyncClient", Counting)
+
+    async def scenario():
+        async with gateway(upstreams, readiness_cache_s=0) as app:
+            serving = app.state.serving
+            for _ in range(3):
+                assert (await readyz(app)).status_code == 200
+                assert (await serving.check_workers())["remote-up"] == "ok"
+        return serving
+
+    serving = asyncio.run(scenario())
+    assert upstreams.count("conductor.internal") == 3
+    assert upstreams.count("worker-up.internal") == 3
+    assert len(built) == 1 and built[0].is_closed and serving._probe_http is None
