@@ -355,7 +355,7 @@ def run_model(
 
         def offered_for(problem: Problem, sample_index: int) -> list[int]:
             rng = Random(f"{seed}:{problem.id}:{sample_index}")
-            return offered_subset(rng, size, spec.k_min, spec.k_max, spec.shuffle)
+            return offered_subset(rng, size, spec.k_min, spec.k_max)
 
     method = PlanSourceMethod(
         "conductor",
@@ -472,7 +472,7 @@ def evaluate_recursion(
             )
         )
         plan = previous_plan_text(
-            trace.rounds[0].raw_plan, size, config.data.max_steps, config.data.access_mode
+            trace.rounds[0].raw_plan, range(size), config.data.max_steps, config.data.access_mode
         )
         previous = PreviousRound(plan=plan, answer=first_round.answer)
         prompts.append(plan_messages(plan_request(problem.question, size, options, 0, previous)))

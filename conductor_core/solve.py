@@ -22,12 +22,19 @@ and its format or infrastructure failure is the trace's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
+from conductor_core.policy.base import (
+    PlanRequest,
+    PlanResult,
+    PlanSource,
+    PreviousRound,
+    WorkerInfo,
+)
 from conductor_core.workers.types import DeltaHandler
+from conductor_core.workflow.errors import FormatErrorCode, PlanFormatError
 from conductor_core.workflow.executor import UNLIMITED, Budget, EventHandler, WorkerCaller, execute
-from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.model import AccessMode, describe_ids
 from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
@@ -36,9 +43,15 @@ from conductor_core.workflow.trace import RoundTrace, SolveTrace
 class SolveOptions:
     """How a question is solved.
 
-    ``worker_ids`` offers a subset of the pool (adaptive pools): the Conductor sees them renumbered
-    0..k-1 and the plan is mapped back before execution. ``descriptions`` are shown per offered
-    worker in descriptor mode. ``prompt_style`` is how the Conductor is asked (a plan source
+    ``worker_ids`` offers a subset of the pool (adaptive pools), in the order the Conductor's
+    prompt lists them. The Conductor sees every offered worker under its pool id ("Model 1",
+    "Model 3"), its plan may use exactly those ids, and it runs as written: nothing is
+    renumbered, so an id means the same worker in every question.
+
+    ``descriptions`` holds one description per POOL worker, indexed by pool id
+    (``descriptions[i]`` describes pool worker ``i``; :func:`solve_options` fills it from the pool
+    config); with ``descriptors`` the offered workers' descriptions are shown in the prompt (a
+    worker past its end has none). ``prompt_style`` is how the Conductor is asked (a plan source
     backed by a trained model asks in the style saved with it, whatever this says).
     """
 
@@ -49,6 +62,7 @@ class SolveOptions:
     worker_ids: tuple[int, ...] | None = None
     descriptors: bool = False
     descriptions: tuple[str, ...] = field(default_factory=tuple)
+    """Indexed by pool id, not by offered position (see above)."""
     answer_fallback: bool = False
     prompt_style: PromptStyle = PromptStyle.FULL
 
@@ -64,13 +78,12 @@ def plan_request(
     sample_index: int = 0,
     previous: PreviousRound | None = None,
 ) -> PlanRequest:
-    """The request the solve loop sends to the plan source (also used to pre-plan in batches)."""
-    offered = options.offered(pool_size)
+    """The request the solve loop sends to the plan source (also used to pre-plan in batches):
+    the offered workers under their pool ids, each with its pool description."""
+    described = options.descriptions
     infos = tuple(
-        WorkerInfo(
-            id=k, description=options.descriptions[k] if k < len(options.descriptions) else ""
-        )
-        for k in range(len(offered))
+        WorkerInfo(id=i, description=described[i] if i < len(described) else "")
+        for i in options.offered(pool_size)
     )
     return PlanRequest(
         question=question,
@@ -103,7 +116,6 @@ async def solve(
     that step's reply.
     """
     opts = options or SolveOptions()
-    offered = opts.offered(len(pool))
     trace = SolveTrace(question=question)
     wall0 = time.perf_counter()
     start = 0 if previous is None else 1
@@ -118,7 +130,7 @@ async def solve(
         request = plan_request(question, len(pool), opts, sample_index, previous)
         if on_event is not None:
             on_event({"type": "plan_start", "round": r})
-        result = await plan_source.plan(request)
+        result = _offered_only(await plan_source.plan(request), request)
         rnd = RoundTrace(
             round=r,
             raw_plan=result.raw,
@@ -146,9 +158,9 @@ async def solve(
             if r == 0:
                 trace.format_error = True
             break
-        workflow = result.workflow.remap_workers(list(offered))
+        # The plan names pool ids (the parser admitted only offered ones): it runs as written.
         wf_trace = await execute(
-            workflow,
+            result.workflow,
             question,
             pool,
             budget=budget,
@@ -168,12 +180,30 @@ async def solve(
             trace.infra_error = r == start
             break
         answer = wf_trace.answer
-        # The Conductor sees the plan in its offered numbering, exactly as it wrote it.
+        # The Conductor sees the plan exactly as it wrote it.
         previous = PreviousRound(plan=result.workflow.render(), answer=answer)
 
     trace.answer = answer
     trace.wall_s = time.perf_counter() - wall0
     return trace
+
+
+def _offered_only(result: PlanResult, request: PlanRequest) -> PlanResult:
+    """``result``, or a format error when its plan names a worker that ``request`` did not offer
+    (a plan source that did not parse for the request): nothing runs on a worker the Conductor
+    was not offered."""
+    if result.workflow is None:
+        return result
+    offered = {w.id for w in request.workers}
+    for i, worker in enumerate(result.workflow.worker_ids()):
+        if worker not in offered:
+            error = PlanFormatError(
+                FormatErrorCode.UNKNOWN_WORKER,
+                f"step {i} uses model {worker}, which is not offered; the offered models are "
+                f"{describe_ids(offered)}",
+            )
+            return replace(result, workflow=None, error=error)
+    return result
 
 
 def _exhausted(budget: Budget) -> bool:
@@ -200,9 +230,9 @@ def solve_options(
     """Solve options from plain settings (as a config file or the command line gives them).
 
     ``pool`` is the :class:`~conductor_core.workers.config.PoolConfig`: its workers' descriptions
-    are shown in descriptor mode. The budget caps steps, and tokens, dollars and seconds when given.
-    ``prompt_style`` is how a Conductor of unknown training is asked (a model folder saved by
-    training carries its own).
+    (indexed by pool id) are shown in descriptor mode. The budget caps steps, and tokens, dollars
+    and seconds when given. ``prompt_style`` is how a Conductor of unknown training is asked (a
+    model folder saved by training carries its own).
     """
     return SolveOptions(
         max_rounds=rounds,

@@ -86,7 +86,7 @@ def command(
     text = _read_input(file)
     workflow, error = try_parse_plan(
         text,
-        num_workers=workers,
+        workers=workers,
         max_steps=max_steps,
         access_mode=AccessMode(access_mode),
         allow_empty=allow_empty,

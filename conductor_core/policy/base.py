@@ -17,7 +17,8 @@ from conductor_core.workflow.prompts import PromptStyle
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """What the Conductor may know of an offered worker: its id and an optional descriptor."""
+    """What the Conductor may know of an offered worker: its pool id (the Conductor's prompt
+    names it ``Model <id>``, and plans use that id) and an optional descriptor."""
 
     id: int
     description: str = ""
@@ -25,8 +26,8 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class PreviousRound:
-    """What a recursion round builds on: the previous plan as the Conductor wrote it (in the
-    offered numbering) and that plan's final answer (``None`` when it produced none)."""
+    """What a recursion round builds on: the previous plan as the Conductor wrote it (pool ids)
+    and that plan's final answer (``None`` when it produced none)."""
 
     plan: str
     answer: str | None
@@ -34,7 +35,8 @@ class PreviousRound:
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """Everything a plan source needs to write one plan."""
+    """Everything a plan source needs to write one plan. ``workers`` are the offered workers
+    under their pool ids, in the order the prompt lists them; a plan may use exactly those ids."""
 
     question: str
     workers: tuple[WorkerInfo, ...]
@@ -81,7 +83,7 @@ def plan_grammar(
     from conductor_core.workflow.grammar import plan_regex
 
     return plan_regex(
-        len(request.workers),
+        request.workers,
         request.max_steps,
         request.access_mode,
         allow_empty=request.previous is not None,
@@ -94,7 +96,7 @@ def parse_result(request: PlanRequest, raw: str, **fields: Any) -> PlanResult:
     """Parse ``raw`` for ``request`` (empty plans allowed in recursion rounds) into a PlanResult."""
     workflow, error = try_parse_plan(
         raw,
-        num_workers=len(request.workers),
+        workers=request.workers,
         max_steps=request.max_steps,
         access_mode=request.access_mode,
         allow_empty=request.previous is not None,

@@ -432,7 +432,8 @@ class TrackingSpec(_Strict):
 
 
 class AdaptiveSpec(_Strict):
-    """Adaptive pool: each question offers a random subset of k workers (renumbered 0..k-1)."""
+    """Adaptive pool: each question offers a random subset of k workers, in pool order and under
+    their pool ids ("Model 1", "Model 3"), so an id names the same worker in every question."""
 
     k_min: int = Field(
         default=2,
@@ -444,14 +445,6 @@ class AdaptiveSpec(_Strict):
         ge=1,
         description="Most workers offered to a question; `null`: the pool size. Each question's "
         "k is drawn uniformly from k_min..k_max.",
-    )
-    shuffle: bool = Field(
-        default=False,
-        description="Offer each subset in a random order (ids are renumbered 0..k-1 in the order "
-        "shown). `false` keeps the pool's order: a worker keeps its id whenever the whole pool "
-        "is offered, and offered workers keep their relative order. With `true` an id carries no "
-        "identity, so a Conductor that learned which id is good at what (workers are shown "
-        "without names) forgets it (measured in docs/training.md).",
     )
 
     @model_validator(mode="after")

@@ -1,9 +1,11 @@
 """Curated problems -> a Hugging Face ``datasets.Dataset`` of Conductor prompts.
 
 Each row carries the chat-form prompt (``prompt``), the problem id and domain (used by the
-reward) and ``offered``: the pool ids offered to the Conductor, in the order it sees them
-(``offered[k]`` is the pool id of "Model k"). The base and recursive stages offer the whole pool;
-the adaptive stage offers a random subset of k workers per row, renumbered 0..k-1.
+reward) and ``offered``: the pool ids offered to the Conductor, in the order its prompt lists
+them; the prompt names each under its pool id ("Model 1", "Model 3") and plans use those ids. The
+base and recursive stages offer the whole pool; the adaptive stage offers a random subset of k
+workers per row (in pool order). The reward and the routing exploration
+(:mod:`conductor_core.train.exploration`) take the offered ids from this column.
 """
 
 from __future__ import annotations
@@ -57,16 +59,12 @@ def stage_prompt(
     return plan_messages(request)
 
 
-def offered_subset(
-    rng: Random, pool_size: int, k_min: int, k_max: int | None, shuffle: bool = False
-) -> list[int]:
-    """A random subset of ``k`` pool ids (k uniform in [k_min, k_max]): in random order with
-    ``shuffle``, else in pool order."""
+def offered_subset(rng: Random, pool_size: int, k_min: int, k_max: int | None) -> list[int]:
+    """A random subset of ``k`` pool ids (k uniform in [k_min, k_max]), in pool order."""
     hi = min(pool_size, k_max or pool_size)
     lo = min(k_min, hi)
     k = rng.randint(lo, hi)
-    chosen = rng.sample(range(pool_size), k)
-    return chosen if shuffle else sorted(chosen)
+    return sorted(rng.sample(range(pool_size), k))
 
 
 def build_rows(
@@ -96,11 +94,7 @@ def build_rows(
         for p in problems:
             if adaptive:
                 offered = offered_subset(
-                    rng,
-                    pool_size,
-                    config.adaptive.k_min,
-                    config.adaptive.k_max,
-                    config.adaptive.shuffle,
+                    rng, pool_size, config.adaptive.k_min, config.adaptive.k_max
                 )
             else:
                 offered = list(range(pool_size))

@@ -21,29 +21,65 @@ contrast to split off the rest. Routing *coverage* gives every group that contra
 offered worker, drawn in random order, at every worker slot. Within a group GRPO's advantages sum
 to zero, so the part of the gradient that moves all questions towards the worker best on average
 cancels, and what is left ranks the workers for that question.
+
+Which workers a prompt offers comes from the data, not from the prompt's text: each training row
+carries its ``offered`` pool ids (:mod:`conductor_core.train.data`). ``generate`` only sees token
+ids, so the trainer (:func:`offered_trainer_class`) records, for each generation batch, every
+prompt's token ids with its row's offered ids (:class:`OfferedPrompts`), where TRL turns the rows'
+prompts into token ids; the exploration looks each generated row up there.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
-__all__ = ["offered_ids", "routing_exploration", "routing_processor", "without_exploration"]
+__all__ = [
+    "OfferedPrompts",
+    "offered_trainer_class",
+    "routing_exploration",
+    "routing_processor",
+    "without_exploration",
+]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
-_COMPACT_MODELS = re.compile(r"Models:\s*(\d+(?:\s*,\s*\d+)*)")
-_FULL_MODELS = re.compile(r"\bModel (\d+)\b")
 
 
-def offered_ids(prompt: str) -> list[int]:
-    """The worker ids a Conductor prompt offers: the last ``Models: 0, 1, 3`` list (compact
-    style) or every ``Model N`` named (full style); empty when the prompt names none."""
-    compact = _COMPACT_MODELS.findall(prompt)
-    if compact:
-        return sorted({int(i) for i in re.findall(r"\d+", compact[-1])})
-    return sorted({int(i) for i in _FULL_MODELS.findall(prompt)})
+class OfferedPrompts:
+    """The pool ids each prompt of the current generation batch offers, keyed by the prompt's
+    token ids (as ``generate`` gets them, without padding). Filled from the training rows'
+    ``offered`` column by the trainer (:func:`offered_trainer_class`), read by
+    :func:`routing_exploration`."""
+
+    def __init__(self) -> None:
+        self._by_prompt: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def record(self, prompt_ids: Sequence[Sequence[int]], offered: Sequence[Sequence[int]]) -> None:
+        """Record that prompt ``prompt_ids[i]`` offers the pool ids ``offered[i]``."""
+        if len(prompt_ids) != len(offered):
+            raise ValueError(
+                f"routing exploration: {len(prompt_ids)} prompts but {len(offered)} offered lists"
+            )
+        for ids, workers in zip(prompt_ids, offered, strict=True):
+            self._by_prompt[_key(ids)] = tuple(int(w) for w in workers)
+
+    def get(self, prompt_ids: Sequence[int]) -> tuple[int, ...] | None:
+        """The pool ids the prompt with these token ids offers (None: not recorded)."""
+        return self._by_prompt.get(_key(prompt_ids))
+
+    def clear(self) -> None:
+        """Forget every prompt (the batch is done)."""
+        self._by_prompt.clear()
+
+    def __len__(self) -> int:
+        return len(self._by_prompt)
+
+
+def _key(ids: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(t) for t in ids)
 
 
 def _single_token_ids(tokenizer: Any, ids: Sequence[int]) -> list[int] | None:
@@ -59,17 +95,24 @@ def _single_token_ids(tokenizer: Any, ids: Sequence[int]) -> list[int] | None:
 
 def routing_processor(
     tokenizer: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[Hashable],
+    offered: Sequence[Sequence[int] | None],
     prompt_length: int,
     floor: float,
     coverage: int = 0,
 ) -> Callable[[Any, Any], Any]:
-    """A logits processor for one ``generate`` call over ``prompts`` (each row's prompt, the
-    batch left-padded to ``prompt_length`` tokens) that applies the routing floor ``floor`` and
-    routes the first ``coverage`` rows of each prompt to distinct offered workers."""
+    """A logits processor for one ``generate`` call that applies the routing floor ``floor`` and
+    routes the first ``coverage`` rows of each prompt to distinct offered workers.
+
+    ``prompts`` identifies each prompt of the call (rows with equal prompts form one group: text,
+    or a tuple of token ids), ``offered`` gives the pool ids each prompt offers (None or empty:
+    that prompt is sampled as it is), and the batch is left-padded to ``prompt_length`` tokens.
+    With ``num_return_sequences`` the rows of a prompt follow each other."""
     import torch
 
-    allowed = [_single_token_ids(tokenizer, offered_ids(p)) for p in prompts]
+    if len(prompts) != len(offered):
+        raise ValueError(f"routing exploration: {len(prompts)} prompts, {len(offered)} offered")
+    allowed = [_single_token_ids(tokenizer, ids) if ids else None for ids in offered]
     token_text: dict[int, str] = {}
     assigned: dict[int, int] = {}  # row -> the token of the worker id it is routed to
     drawn = False
@@ -81,13 +124,14 @@ def routing_processor(
 
     def assign(rows: int, per_prompt: int) -> None:
         """Draw each group's worker order once per call (the torch RNG, seeded by the trainer)."""
-        groups: dict[str, list[int]] = {}
+        groups: dict[Hashable, list[int]] = {}
         for row in range(rows):
             index = row // per_prompt
             if index < len(prompts) and allowed[index]:
                 groups.setdefault(prompts[index], []).append(row)
         for members in groups.values():
             ids = allowed[members[0] // per_prompt]
+            assert ids
             order = torch.randperm(len(ids)).tolist()
             for j, row in enumerate(members[:coverage]):
                 assigned[row] = ids[order[j % len(ids)]]
@@ -129,12 +173,17 @@ def routing_processor(
 
 @contextmanager
 def routing_exploration(
-    model: Any, tokenizer: Any, floor: float = 0.0, coverage: int = 0
+    model: Any,
+    tokenizer: Any,
+    offered: OfferedPrompts,
+    floor: float = 0.0,
+    coverage: int = 0,
 ) -> Iterator[Any]:
     """Within the block, ``model.generate`` samples plans with the routing floor ``floor`` (in
     [0, 1)) and routes the first ``coverage`` (>= 0) plans of each prompt to distinct offered
-    workers; both 0 leave it alone. Each call reads its prompts back from the ``input_ids`` it is
-    given, so both spread over the ids each prompt offers."""
+    workers; both 0 leave it alone. Each call looks its prompts (the unpadded ``input_ids`` of
+    each row) up in ``offered``, so both spread over the pool ids each row of the data offers; a
+    call with a prompt that was not recorded there raises ``RuntimeError``."""
     if not 0.0 <= floor < 1.0:
         raise ValueError(f"routing floor must lie in [0, 1), got {floor}")
     if coverage < 0:
@@ -152,10 +201,20 @@ def routing_exploration(
             return generate(*args, **kwargs)
         mask = kwargs.get("attention_mask")
         prompts = [
-            tokenizer.decode(row[m.bool()].tolist() if mask is not None else row.tolist())
+            _key(row[m.bool()].tolist() if mask is not None else row.tolist())
             for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
         ]
-        processor = routing_processor(tokenizer, prompts, input_ids.shape[1], floor, coverage)
+        workers = [offered.get(p) for p in prompts]
+        if any(w is None for w in workers):
+            missing = sum(w is None for w in workers)
+            raise RuntimeError(
+                f"routing exploration: {missing} of {len(prompts)} prompts to generate were not "
+                f"recorded with their offered workers; generate through the trainer of "
+                f"offered_trainer_class() (it records each batch's rows)"
+            )
+        processor = routing_processor(
+            tokenizer, prompts, workers, input_ids.shape[1], floor, coverage
+        )
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
         return generate(*args, logits_processor=processors, **kwargs)
@@ -165,6 +224,41 @@ def routing_exploration(
         yield model
     finally:
         del model.generate
+
+
+@cache
+def offered_trainer_class() -> type:
+    """TRL's ``GRPOTrainer`` that records, for each generation batch, the pool ids each prompt
+    offers (its row's ``offered`` column) in ``self.offered_prompts``, keyed by the token ids TRL
+    makes of the prompt: what :func:`routing_exploration` reads (built lazily: TRL is imported
+    here only)."""
+    from trl import GRPOTrainer
+
+    class OfferedGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer recording which workers each prompt of a generation batch offers."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.offered_prompts = OfferedPrompts()
+            self._batch_offered: list[Any] | None = None
+            super().__init__(*args, **kwargs)
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            self._batch_offered = [row.get("offered") for row in inputs]
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self._batch_offered = None
+                self.offered_prompts.clear()
+
+        def _tokenize_prompts(self, prompts: list) -> Any:
+            out = super()._tokenize_prompts(prompts)
+            rows = self._batch_offered
+            if rows is not None and len(rows) == len(out[0]):
+                # a row without the column is recorded offering nothing: sampled as it is
+                self.offered_prompts.record(out[0], [r or () for r in rows])
+            return out
+
+    return OfferedGRPOTrainer
 
 
 @contextmanager

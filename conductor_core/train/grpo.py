@@ -427,8 +427,12 @@ def build_trainer(
     args: Any,
     callbacks: list[Any],
 ):
-    """A GRPOTrainer (or the recursive subclass) wired to the Conductor reward."""
-    trl = require("trl", "train", "GRPO training")
+    """A GRPOTrainer (or the recursive subclass) wired to the Conductor reward; it records which
+    workers each prompt offers, for the routing exploration
+    (:func:`~conductor_core.train.exploration.offered_trainer_class`)."""
+    require("trl", "train", "GRPO training")
+    from conductor_core.train.exploration import offered_trainer_class
+
     kwargs: dict[str, Any] = {
         "model": model,
         "reward_funcs": [reward],
@@ -454,7 +458,7 @@ def build_trainer(
             min_decision_share=config.recursive.min_decision_share,
             balance_sources=config.recursive.balance_sources,
         )
-    return trl.GRPOTrainer(**kwargs)
+    return offered_trainer_class()(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,7 +547,13 @@ def run_stage(
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
         gen = config.generation
         try:
-            with routing_exploration(model, tokenizer, gen.routing_floor, gen.routing_coverage):
+            with routing_exploration(
+                model,
+                tokenizer,
+                trainer.offered_prompts,
+                gen.routing_floor,
+                gen.routing_coverage,
+            ):
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         finally:
             stop_reward_loop(trainer)

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import plan_request
-from conductor_core.train.exploration import without_exploration
+from conductor_core.train.exploration import offered_trainer_class, without_exploration
 from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
 from conductor_core.workflow.model import AccessMode
@@ -157,7 +157,7 @@ def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bo
     """True when a round-2 completion parses as the keep plan (three empty lists)."""
     workflow, _ = try_parse_plan(
         text,
-        num_workers=None,
+        workers=None,
         max_steps=max_steps,
         access_mode=AccessMode(access_mode),
         allow_empty=True,
@@ -166,10 +166,12 @@ def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bo
 
 
 def make_recursive_trainer_class():
-    """Build the subclass lazily (TRL is imported only here)."""
-    from trl import GRPOTrainer
+    """Build the subclass lazily (TRL is imported only here). It derives from
+    :func:`~conductor_core.train.exploration.offered_trainer_class`, so round-1 prompts are
+    recorded with their offered workers for the routing exploration."""
+    base: Any = offered_trainer_class()
 
-    class RecursiveGRPOTrainer(GRPOTrainer):
+    class RecursiveGRPOTrainer(base):
         """GRPOTrainer with forced second rounds (see the module docstring)."""
 
         def __init__(
@@ -379,7 +381,7 @@ def make_recursive_trainer_class():
                 text, outcome = by_row[source]
                 offered = inputs[source].get("offered") or list(range(pool_size))
                 plan_text = previous_plan_text(
-                    text, len(offered), self.options.max_steps, self.options.access_mode
+                    text, offered, self.options.max_steps, self.options.access_mode
                 )
                 previous = PreviousRound(plan=plan_text, answer=outcome.answer)
                 self.rounds.previous[r2] = previous
@@ -407,11 +409,12 @@ def make_recursive_trainer_class():
 
 
 def previous_plan_text(
-    raw: str, num_workers: int, max_steps: int, access_mode: AccessMode | str
+    raw: str, workers: Sequence[int], max_steps: int, access_mode: AccessMode | str
 ) -> str:
-    """The previous plan as the Conductor sees it: rendered when it parsed, else the raw text."""
+    """The previous plan as the Conductor sees it: rendered when it parsed for the offered
+    ``workers`` (pool ids), else the raw text."""
     workflow, _ = try_parse_plan(
-        raw, num_workers=num_workers, max_steps=max_steps, access_mode=AccessMode(access_mode)
+        raw, workers=workers, max_steps=max_steps, access_mode=AccessMode(access_mode)
     )
     if workflow is not None:
         return workflow.render()

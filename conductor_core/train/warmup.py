@@ -1,8 +1,12 @@
 """Optional format warm-up: a short supervised pass on synthetic valid plans.
 
 For small models that do not yet write the three-list format. Each example is a training
-question's Conductor prompt followed by a valid plan whose worker ids are drawn uniformly at
-random (so the warm-up teaches the format, not a routing strategy). With ``prompt_loss`` (the
+question's Conductor prompt, offering a random subset of the pool as the adaptive stage does
+(``adaptive.k_min``..``k_max`` workers under their pool ids), followed by a valid plan whose
+worker ids are drawn uniformly from the offered ones: the warm-up teaches the format, including
+that a plan names only offered workers, not a routing strategy. (With the whole pool offered
+every time, a model never learns to read the list, and the adaptive stage then starts from a
+policy that names the same workers whatever is offered.) With ``prompt_loss`` (the
 default) the language-modelling loss covers the prompt tokens too: a tiny random model then learns
 to represent the question, which GRPO needs to learn routing (measured: with the loss on the
 completion only, routing stayed at chance).
@@ -18,10 +22,17 @@ from typing import Any
 from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import stage_prompt
+from conductor_core.train.data import offered_subset, stage_prompt
 from conductor_core.workers.problem_bank import ProblemBank
 from conductor_core.workers.simulated_answers import hedge_answer, render_answer
-from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
+from conductor_core.workflow.model import (
+    ALL,
+    AccessMode,
+    OfferedWorkers,
+    Step,
+    Workflow,
+    offered_ids,
+)
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
@@ -43,18 +54,20 @@ WARMUP_SUBTASKS: tuple[str, ...] = (
 
 def synthetic_plan(
     rng: Random,
-    num_workers: int,
+    workers: OfferedWorkers,
     *,
     max_plan_steps: int = 1,
     access_mode: AccessMode | str = AccessMode.BINARY,
 ) -> str:
-    """A valid rendered plan of 1..``max_plan_steps`` steps with uniformly random worker ids."""
+    """A valid rendered plan of 1..``max_plan_steps`` steps, each step's worker drawn uniformly
+    from ``workers`` (a pool size ``n``, meaning ids ``0..n-1``, or the offered pool ids)."""
+    ids = offered_ids(workers)
     steps = []
     for i in range(rng.randint(1, max_plan_steps)):
         access: Any = ALL if i and rng.random() < 0.7 else ()
         steps.append(
             Step(
-                worker=rng.randrange(num_workers),
+                worker=rng.choice(ids),
                 subtask=rng.choice(WARMUP_SUBTASKS),
                 access=access,
             )
@@ -65,7 +78,9 @@ def synthetic_plan(
 def warmup_texts(
     problems: Sequence[Problem], pool_size: int, config: StageConfig, count: int, *, seed: int = 0
 ) -> list[tuple[list[dict[str, str]], str]]:
-    """``count`` (prompt messages, plan text) pairs over the training problems.
+    """``count`` (prompt messages, plan text) pairs over the training problems, each offering a
+    random subset of the pool (:func:`~conductor_core.train.data.offered_subset` with the stage's
+    ``adaptive.k_min``/``k_max``) and naming only offered workers.
 
     A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer
     (half of them closed by a sentence of doubt), answered half the time by three empty lists
@@ -77,10 +92,11 @@ def warmup_texts(
     out = []
     for _ in range(count):
         p = rng.choice(choices)
-        messages = stage_prompt(config, p.question, pool_size)
+        offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
+        messages = stage_prompt(config, p.question, pool_size, offered=offered)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
         plan = synthetic_plan(
-            rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
+            rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
         )
         if rng.random() < config.warmup.recursion_fraction:
             # A previous answer as a simulated worker writes it, right or wrong, half of them
@@ -90,13 +106,17 @@ def warmup_texts(
             if rng.random() < 0.5:
                 shown = hedge_answer(p, shown, rng)
             messages = stage_prompt(
-                config, p.question, pool_size, previous=PreviousRound(plan=plan, answer=shown)
+                config,
+                p.question,
+                pool_size,
+                previous=PreviousRound(plan=plan, answer=shown),
+                offered=offered,
             )
             if rng.random() < 0.5:
                 plan = KEEP_PLAN
             else:
                 plan = synthetic_plan(
-                    rng, pool_size, max_plan_steps=steps, access_mode=config.data.access_mode
+                    rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
                 )
         out.append((messages, plan))
     return out

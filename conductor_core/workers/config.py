@@ -174,24 +174,9 @@ class PoolConfig(BaseModel):
     workers: list[WorkerConfig] = Field(min_length=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
-    source_ids: list[int] | None = Field(
-        default=None, description="For a subset: the original id of each worker (kept mapping)."
-    )
 
     def __len__(self) -> int:
         return len(self.workers)
-
-    def subset(self, ids: list[int]) -> PoolConfig:
-        """A pool of the given workers, renumbered 0..k-1; ``source_ids`` keeps the mapping."""
-        if not ids:
-            raise ConfigError("a pool subset needs at least one worker id")
-        bad = [i for i in ids if not 0 <= i < len(self.workers)]
-        if bad:
-            raise ConfigError(f"worker ids {bad} are not in the pool (ids 0..{len(self) - 1})")
-        base = self.source_ids or list(range(len(self.workers)))
-        return self.model_copy(
-            update={"workers": [self.workers[i] for i in ids], "source_ids": [base[i] for i in ids]}
-        )
 
     def with_profile(self, name: str) -> PoolConfig:
         """A copy in which every worker uses its generation profile ``name`` (if it has one)."""

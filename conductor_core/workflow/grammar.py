@@ -7,10 +7,11 @@
     subtasks = ["Solve the problem.", "Check the solution above and fix any error."]
     access_list = [[], ["all"]]
 
-for a given number of offered workers, most steps and access mode. Every string it matches is
-accepted by :func:`~conductor_core.workflow.parser.parse_plan` with the same arguments (checked by
-property tests): the three lists have equal length (one alternative per plan length), worker ids
-lie in ``0..num_workers-1``, subtasks are non-blank double-quoted strings, and every access entry
+for the offered workers, most steps and access mode. Every string it matches is accepted by
+:func:`~conductor_core.workflow.parser.parse_plan` with the same arguments (checked by property
+tests): the three lists have equal length (one alternative per plan length), worker ids are the
+offered pool ids (``0..n-1`` for a whole pool of ``n``, exactly ``1`` and ``3`` when those two are
+offered), subtasks are non-blank double-quoted strings, and every access entry
 is ``[]`` or ``["all"]`` (binary) or, in index mode, ``["all"]``, ``[]`` or strictly increasing
 earlier step numbers. vLLM takes it as ``{"structured_outputs": {"regex": ...}}`` in the request
 body, so that a served Conductor cannot write a malformed plan (only one cut short by
@@ -35,9 +36,10 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 
-from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.model import AccessMode, OfferedWorkers, offered_ids
 
 __all__ = ["DEFAULT_MAX_SUBTASK_CHARS", "plan_regex", "subtask_regex"]
 
@@ -100,7 +102,7 @@ def subtask_regex(max_chars: int | None = DEFAULT_MAX_SUBTASK_CHARS, *, utf8: bo
     return f'"{first}{body}{rest}"'
 
 
-def _number(values: range) -> str:
+def _number(values: Iterable[int]) -> str:
     """An alternation of the decimal numbers in ``values`` (longest first)."""
     items = sorted((str(v) for v in values), key=lambda s: (-len(s), s))
     return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
@@ -143,7 +145,7 @@ def _plan_of_length(n: int, worker: str, subtask: str, mode: AccessMode) -> str:
 
 
 def plan_regex(
-    num_workers: int,
+    workers: OfferedWorkers,
     max_steps: int = 5,
     access_mode: AccessMode | str = AccessMode.BINARY,
     *,
@@ -154,7 +156,8 @@ def plan_regex(
     """The regex (Python syntax, for a full match) of canonical plans.
 
     Args:
-        num_workers: offered workers; ids ``0..num_workers-1``.
+        workers: the offered workers as pool ids: ``n`` for the whole pool of ``n`` (ids
+            ``0..n-1``), or the offered ids (``[1, 3]``, or objects with an ``id``).
         max_steps: most steps (1..``max_steps`` per plan).
         access_mode: ``binary`` or ``index``.
         allow_empty: also match three empty lists (the "keep" answer of a recursion round).
@@ -163,11 +166,12 @@ def plan_regex(
             inside a string), at the cost of a larger automaton.
         utf8: the form for engines that match UTF-8 bytes (no surrogate range; the same plans).
 
-    The parser is called with the same ``num_workers``, ``max_steps``, ``access_mode`` and
-    ``allow_empty``.
+    The parser is called with the same ``workers``, ``max_steps``, ``access_mode`` and
+    ``allow_empty``. A malformed ``workers`` (none, a negative or repeated id) raises
+    ``ValueError``.
     """
     return _plan_regex(
-        int(num_workers),
+        tuple(sorted(offered_ids(workers))),
         int(max_steps),
         AccessMode(access_mode),
         bool(allow_empty),
@@ -178,18 +182,16 @@ def plan_regex(
 
 @lru_cache(maxsize=128)
 def _plan_regex(
-    num_workers: int,
+    ids: tuple[int, ...],
     max_steps: int,
     mode: AccessMode,
     allow_empty: bool,
     max_subtask_chars: int | None,
     utf8: bool,
 ) -> str:
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-    worker = _number(range(num_workers))
+    worker = _number(ids)
     subtask = subtask_regex(max_subtask_chars, utf8=utf8)
     branches = [_plan_of_length(n, worker, subtask, mode) for n in range(1, max_steps + 1)]
     if allow_empty:

@@ -9,16 +9,61 @@ Access has two modes:
 
 A workflow with zero steps is only valid as the answer to a recursion round, where three empty
 lists mean "keep the previous answer" (see :attr:`Workflow.is_keep`).
+
+A step's worker id is the worker's id in the pool (its position), also when only a subset of the
+pool is offered: the Conductor is shown the offered workers under their pool ids and its plan is
+run as written (:func:`offered_ids` reads what a caller offers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ALL: Literal["all"] = "all"
+
+
+OfferedWorkers = int | Iterable[Any]
+"""Workers offered to the Conductor: a pool size ``n`` (ids ``0..n-1``, the whole pool), or the
+offered pool ids (ints, or objects with an ``id`` attribute such as ``WorkerInfo``)."""
+
+
+def offered_ids(workers: OfferedWorkers) -> tuple[int, ...]:
+    """The pool ids that ``workers`` offers, in the order given: ``n`` means ``0..n-1``.
+
+    Raises ``ValueError`` (naming ``workers``) for no worker, a negative or repeated id, or a value
+    that is not an id.
+    """
+    if isinstance(workers, bool):
+        raise ValueError(f"workers: expected a pool size or a list of worker ids, got {workers!r}")
+    if isinstance(workers, int):
+        if workers < 1:
+            raise ValueError(f"workers: the pool needs at least one model, got {workers}")
+        return tuple(range(workers))
+    ids: list[int] = []
+    for item in workers:
+        value = getattr(item, "id", item)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"workers: {value!r} is not a worker id (a pool position)")
+        if value < 0:
+            raise ValueError(f"workers: worker id {value} is negative; pool ids start at 0")
+        if value in ids:
+            raise ValueError(f"workers: worker {value} is offered twice")
+        ids.append(value)
+    if not ids:
+        raise ValueError("workers: no worker is offered; offer at least one")
+    return tuple(ids)
+
+
+def describe_ids(ids: Iterable[int]) -> str:
+    """``ids`` for a message: ``0-3`` for a run of four or more from 0, else ``1, 3``."""
+    ordered = sorted(ids)
+    if len(ordered) >= 4 and ordered == list(range(len(ordered))):
+        return f"0-{len(ordered) - 1}"
+    return ", ".join(str(i) for i in ordered)
 
 
 class AccessMode(StrEnum):
@@ -33,7 +78,7 @@ class Step(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    worker: int = Field(ge=0, description="Worker id (position in the offered pool).")
+    worker: int = Field(ge=0, description="Worker id: the worker's position in the pool.")
     subtask: str = Field(description="Natural-language instruction for this step's worker.")
     access: Literal["all"] | tuple[int, ...] = Field(
         default=(), description='"all" or the earlier step indices this step may read.'
@@ -73,16 +118,6 @@ class Workflow(BaseModel):
     def worker_ids(self) -> list[int]:
         """The worker id of each step, in order."""
         return [s.worker for s in self.steps]
-
-    def remap_workers(self, mapping: dict[int, int] | list[int]) -> Workflow:
-        """Return a copy whose worker ids are translated through ``mapping``.
-
-        Used by adaptive pools: the Conductor writes ids of the offered subset, the executor needs
-        the ids of the full pool.
-        """
-        lookup = dict(enumerate(mapping)) if isinstance(mapping, list) else mapping
-        steps = tuple(s.model_copy(update={"worker": lookup[s.worker]}) for s in self.steps)
-        return self.model_copy(update={"steps": steps})
 
     def render(self) -> str:
         """Render the three lists as the Conductor writes them (parseable by the parser)."""

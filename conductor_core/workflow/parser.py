@@ -29,11 +29,19 @@ import ast
 import json
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from conductor_core.workflow.errors import FormatErrorCode, PlanFormatError
-from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
+from conductor_core.workflow.model import (
+    ALL,
+    AccessMode,
+    OfferedWorkers,
+    Step,
+    Workflow,
+    describe_ids,
+    offered_ids,
+)
 
 __all__ = [
     "KEYS",
@@ -417,7 +425,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_worker(i: int, value: object, num_workers: int | None) -> int:
+def _check_worker(i: int, value: object, offered: Collection[int] | None) -> int:
     if not _is_int(value):
         raise PlanFormatError(
             FormatErrorCode.BAD_WORKER_ID,
@@ -430,11 +438,15 @@ def _check_worker(i: int, value: object, num_workers: int | None) -> int:
             FormatErrorCode.UNKNOWN_WORKER,
             f"step {i} uses model {value}; model numbers start at 0",
         )
-    if num_workers is not None and value >= num_workers:
-        available = "model 0 is" if num_workers == 1 else f"models 0-{num_workers - 1} are"
+    if offered is not None and value not in offered:
+        available = (
+            f"the only offered model is {next(iter(offered))}"
+            if len(offered) == 1
+            else f"the offered models are {describe_ids(offered)}"
+        )
         raise PlanFormatError(
             FormatErrorCode.UNKNOWN_WORKER,
-            f"step {i} uses model {value}, but only {available} available",
+            f"step {i} uses model {value}, which is not offered; {available}",
         )
     return value
 
@@ -509,7 +521,7 @@ def _short(value: object) -> str:
 def _validate(
     lists: dict[str, list],
     *,
-    num_workers: int | None,
+    offered: Collection[int] | None,
     max_steps: int,
     access_mode: AccessMode,
     allow_empty: bool,
@@ -538,7 +550,7 @@ def _validate(
     for i, (worker, subtask, entry) in enumerate(zip(ids, subtasks, access, strict=True)):
         steps.append(
             Step(
-                worker=_check_worker(i, worker, num_workers),
+                worker=_check_worker(i, worker, offered),
                 subtask=_check_subtask(i, subtask),
                 access=_check_access(i, entry, access_mode),
             )
@@ -553,7 +565,7 @@ def _validate(
 def parse_plan(
     text: str,
     *,
-    num_workers: int | None,
+    workers: OfferedWorkers | None,
     max_steps: int = 5,
     access_mode: AccessMode = AccessMode.BINARY,
     allow_empty: bool = False,
@@ -562,8 +574,10 @@ def parse_plan(
 
     Args:
         text: the Conductor's whole completion (reasoning and lists).
-        num_workers: size of the offered pool; worker ids must lie in ``0..num_workers-1``.
-            ``None`` skips that check.
+        workers: the workers offered to the Conductor, as pool ids: ``n`` for the whole pool of
+            ``n`` (ids ``0..n-1``), or the offered ids (``[1, 3]``, or objects with an ``id``
+            such as ``WorkerInfo``). Every model id of the plan must be one of them; ``None``
+            skips that check. A malformed ``workers`` raises ``ValueError``.
         max_steps: most steps allowed.
         access_mode: ``binary`` (``["all"]`` or ``[]`` per step) or ``index`` (earlier step
             numbers, or ``["all"]``).
@@ -579,12 +593,13 @@ def parse_plan(
             f"expected the Conductor's output as text, got {type(text).__name__}",
         )
     mode = AccessMode(access_mode)
+    offered = frozenset(offered_ids(workers)) if workers is not None else None
     try:
         body = strip_reasoning(text)
         lists = _extract(body)
         return _validate(
             lists,
-            num_workers=num_workers,
+            offered=offered,
             max_steps=max_steps,
             access_mode=mode,
             allow_empty=allow_empty,
@@ -601,7 +616,7 @@ def parse_plan(
 def try_parse_plan(
     text: str,
     *,
-    num_workers: int | None,
+    workers: OfferedWorkers | None,
     max_steps: int = 5,
     access_mode: AccessMode = AccessMode.BINARY,
     allow_empty: bool = False,
@@ -610,7 +625,7 @@ def try_parse_plan(
     try:
         workflow = parse_plan(
             text,
-            num_workers=num_workers,
+            workers=workers,
             max_steps=max_steps,
             access_mode=access_mode,
             allow_empty=allow_empty,

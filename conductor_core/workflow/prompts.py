@@ -11,8 +11,11 @@ Conductor's messages with :func:`plan_messages` from a plan request, so a model 
 serving time exactly as it was trained; a trained model's style is saved next to its weights
 (:func:`save_prompt_spec`) and read back when it is loaded (:func:`load_prompt_spec`).
 
-Workers appear to the Conductor only as anonymous numbered models ("Model 0", "Model 1", ...),
-optionally with one line of description each (descriptor mode; ``full`` style only).
+Workers appear to the Conductor as anonymous models numbered by their POOL ids ("Model 0",
+"Model 1", ...), optionally with one line of description each (descriptor mode; ``full`` style
+only). A subset of the pool is shown under the same ids ("Model 1", "Model 3"): it is never
+renumbered, so an id names the same worker in every prompt and a Conductor can learn which worker
+is good at what, also inside a subset. Plans use those ids and run as written.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.model import AccessMode, offered_ids
 
 __all__ = [
     "PROMPT_SPEC_FILE",
@@ -46,8 +49,10 @@ __all__ = [
     "worker_message",
 ]
 
-PROMPT_VERSION = "1"
-"""Version of the prompt templates; bump it whenever a template's wording changes."""
+PROMPT_VERSION = "2"
+"""Version of the prompts; bump it whenever a template's wording or the meaning of what is shown
+changes. 2: an offered subset of the pool is shown under its pool ids (1: renumbered 0..k-1).
+Saved with a trained model (:func:`save_prompt_spec`); loading does not check it."""
 
 PROMPT_SPEC_FILE = "conductor_prompt.json"
 """Written next to a trained Conductor's weights: how the model was asked during training."""
@@ -114,7 +119,7 @@ _MARKER = re.compile(r"\{\{(\w+)\}\}")
 _EXAMPLE_SEPARATOR = "%%"
 
 Workers = int | Sequence[int] | Sequence[Any]
-"""A pool size ``n`` (models 0..n-1), the offered ids, or objects with an ``id`` attribute."""
+"""A pool size ``n`` (models 0..n-1), the offered pool ids, or objects with an ``id`` attribute."""
 
 
 @cache
@@ -160,16 +165,7 @@ def worked_examples(access_mode: AccessMode | str = AccessMode.BINARY) -> list[s
 
 
 def _model_ids(workers: Workers) -> list[int]:
-    if isinstance(workers, bool):
-        raise ValueError(f"workers: expected a pool size or a list of worker ids, got {workers!r}")
-    if isinstance(workers, int):
-        if workers < 1:
-            raise ValueError(f"workers: the pool needs at least one model, got {workers}")
-        return list(range(workers))
-    ids = [int(getattr(w, "id", w)) for w in workers]
-    if not ids:
-        raise ValueError("workers: the pool needs at least one model, got an empty list")
-    return ids
+    return list(offered_ids(workers))
 
 
 def _models_block(workers: Workers, descriptors: Sequence[str] | None) -> str:
@@ -200,12 +196,12 @@ def conductor_prompt(
 
     Args:
         question: the user's question.
-        workers: the pool size ``n`` (models 0..n-1), the list of offered model ids, or objects
-            with an ``id`` attribute (such as ``WorkerInfo``).
+        workers: the pool size ``n`` (models 0..n-1), the offered pool ids (listed in that
+            order, under those ids), or objects with an ``id`` attribute (such as ``WorkerInfo``).
         max_steps: the most steps a plan may have (stated in the prompt).
         access_mode: ``binary`` or ``index``; selects the output specification and examples.
-        descriptors: one description per offered model (descriptor mode), or ``None`` for
-            anonymous models.
+        descriptors: one description per offered model, in the order of ``workers``
+            (descriptor mode), or ``None`` for anonymous models.
     """
     if max_steps < 1:
         raise ValueError(f"max_steps: must be at least 1, got {max_steps}")
@@ -330,7 +326,7 @@ def conductor_messages(
 
 def plan_messages(request: Any) -> list[dict[str, str]]:
     """The chat messages asking a Conductor for a plan for a ``PlanRequest``
-    (``conductor_core.policy.base``): its offered workers (renumbered as offered), their
+    (``conductor_core.policy.base``): its offered workers under their pool ids, their
     descriptions in descriptor mode, its prompt style, and the recursion prompt when
     ``request.previous`` is set. Training data, evaluation and every plan source use this."""
     workers = list(request.workers)

@@ -47,10 +47,19 @@ def test_grpo_raises_reward_and_best_worker_routing(base):
     assert trained["format_error_rate"] <= 0.1
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25 §1-2: with offered workers under their pool ids the tiny recipe does not yet "
+    "learn to name only offered workers (docs/training.md, 'Offered workers keep their pool ids')",
+)
 def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
-    """Measured: out-of-subset plans 11.7-13.3% -> 0-0.8% sampled, 0% greedy, on every machine.
-    The stage's mean reward moved by -0.054 (a machine where it fell, 0.629 -> 0.575) to +0.125,
-    so the bound only says the stage does not wreck the reward."""
+    """The claim the adaptive stage must meet, kept as a strict expected failure until it does.
+
+    Measured with pool ids (seed 0, three runs of this file): sampled out-of-subset plans
+    20.0% -> 23.3%, 25.0% -> 21.7% (warm-up offering random subsets) and 23.3% -> 21.7% (base
+    stage on subsets too, since dropped), greedy 16.7% after; every run far from the bounds.
+    With the old renumbering (ids 0..k-1, a different worker from question to question) it passed
+    with 0-0.8%: "stay below k" was all it could learn."""
     from bench.learning import stage_experiment
 
     out, _ = base

@@ -168,6 +168,35 @@ def test_async_reward_loop_and_metrics_are_what_the_recursive_trainer_uses(score
     assert trainer._metrics["train"]["recursion/contract"] == [1.0]
 
 
+def test_each_prompt_is_generated_with_the_workers_its_row_offers(make_trainer, tmp_path):
+    """The offered-workers recorder (train/exploration.py): TRL tokenizes the rows' prompts in
+    row order, so every prompt ``generate`` gets is recorded with its row's ``offered`` ids, and
+    the routing exploration samples only those (coverage writes each offered id)."""
+    from conductor_core.train.exploration import offered_trainer_class, routing_exploration
+
+    offered = [[1, 3]] * GROUP + [[0, 2]] * GROUP
+    seen: list[list[tuple[int, ...] | None]] = []
+
+    class Watching(offered_trainer_class()):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            seen.append([self.offered_prompts.get(ids) for ids in prompt_ids])
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP)
+    trainer = make_trainer(config, cls=Watching)
+    trainer.model.train()
+    batch = [{**row, "offered": ids} for row, ids in zip(rows(), offered, strict=True)]
+    tokenizer = trainer.processing_class
+    with routing_exploration(trainer.model, tokenizer, trainer.offered_prompts, coverage=GROUP):
+        output = trainer._generate_and_score_completions(batch)
+    assert seen == [[tuple(ids) for ids in offered]]
+    assert len(trainer.offered_prompts) == 0  # forgotten once the batch is done
+    texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
+    # The tiny random model writes no plan, so coverage has no slot to fill: the check is that
+    # generation ran with every prompt found (an unrecorded prompt raises RuntimeError).
+    assert len(texts) == len(SCORES)
+
+
 @pytest.mark.parametrize("mask", [True, False])
 def test_truncated_completions_are_left_out_of_the_loss_when_asked(make_trainer, tmp_path, mask):
     """``mask_truncated_completions`` (the tiny profile's) reaches TRL, which zeroes the loss mask

@@ -178,7 +178,7 @@ def test_vllm_honours_the_plan_grammar(vllm_stack: Stack):
         text = choice.message.content or ""
         assert choice.finish_reason == "stop", text
         assert re.fullmatch(pattern, text), text
-        workflow, error = try_parse_plan(text, num_workers=4)
+        workflow, error = try_parse_plan(text, workers=4)
         assert error is None and workflow is not None, text
 
 

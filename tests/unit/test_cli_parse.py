@@ -40,7 +40,7 @@ def test_format_error_is_json_and_exit_1() -> None:
     assert json.loads(result.stdout) == {
         "error": {
             "code": "unknown_worker",
-            "message": "step 0 uses model 1, but only model 0 is available",
+            "message": "step 0 uses model 1, which is not offered; the only offered model is 0",
         }
     }
     assert "unknown_worker" in result.stderr

@@ -571,7 +571,7 @@ def test_errors_streamed_to_the_client_name_no_upstream(pool):
         "(workers.internal:8443)"
     )
     assert redact_urls(text, hosts) == "connection error: cannot reach <url> (<host>)"
-    translate = _EventTranslator(["w0"], (0,), lambda t: redact_urls(t, hosts))
+    translate = _EventTranslator(["w0"], lambda t: redact_urls(t, hosts))
     event = translate({"type": "step_end", "step": {"worker": 0, "error": text}})
     assert "workers.internal" not in json.dumps(event.data)
 

@@ -176,7 +176,15 @@ def test_conductor_options_map_onto_solve_options(pool):
     options, with_trace = serving.solve_options_for(extra)
     assert with_trace and options.max_rounds == 2 and options.max_steps == 3
     assert options.worker_ids == (3, 1)
-    assert options.descriptions == (pool.workers[3].description, pool.workers[1].description)
+    # descriptions stay indexed by pool id: the request offers workers 3 and 1 under those ids
+    assert options.descriptions == tuple(w.description for w in pool.workers)
+    from conductor_core.solve import plan_request
+
+    request = plan_request("Q?", len(pool.workers), options)
+    assert [(w.id, w.description) for w in request.workers] == [
+        (3, pool.workers[3].description),
+        (1, pool.workers[1].description),
+    ]
     assert options.budget.max_tokens == 500 and options.budget.max_steps == 3
     assert options.budget.max_cost == 2.0 and options.budget.deadline_s == 60  # defaults kept
     asyncio.run(serving.aclose(0))

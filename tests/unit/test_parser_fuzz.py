@@ -57,7 +57,7 @@ def workflows(draw: st.DrawFn, mode: AccessMode) -> tuple[Workflow, int]:
 @given(workflows(AccessMode.BINARY))
 def test_round_trip_binary(case: tuple[Workflow, int]) -> None:
     wf, n = case
-    assert parse_plan(wf.render(), num_workers=n) == wf
+    assert parse_plan(wf.render(), workers=n) == wf
 
 
 @FUZZ
@@ -65,7 +65,7 @@ def test_round_trip_binary(case: tuple[Workflow, int]) -> None:
 def test_round_trip_index_after_reasoning(case: tuple[Workflow, int], reasoning: str) -> None:
     wf, n = case
     text = f"<think>{reasoning.replace('<', '(')}</think>\n{wf.render()}"
-    assert parse_plan(text, num_workers=n, access_mode=AccessMode.INDEX) == wf
+    assert parse_plan(text, workers=n, access_mode=AccessMode.INDEX) == wf
 
 
 @FUZZ
@@ -73,7 +73,7 @@ def test_round_trip_index_after_reasoning(case: tuple[Workflow, int], reasoning:
 def test_arbitrary_text_only_raises_plan_format_error(
     text: str, mode: AccessMode, allow_empty: bool
 ) -> None:
-    wf, err = try_parse_plan(text, num_workers=4, access_mode=mode, allow_empty=allow_empty)
+    wf, err = try_parse_plan(text, workers=4, access_mode=mode, allow_empty=allow_empty)
     assert (wf is None) != (err is None)
 
 
@@ -103,7 +103,7 @@ def test_mutated_plans_only_raise_plan_format_error(
             text = text[:pos] + text[pos : pos + 40] + text[pos:]
     mode = data.draw(st.sampled_from(list(AccessMode)))
     try:
-        result = parse_plan(text, num_workers=n, access_mode=mode)
+        result = parse_plan(text, workers=n, access_mode=mode)
     except PlanFormatError as exc:
         assert exc.message
     else:
@@ -114,7 +114,7 @@ def test_mutated_plans_only_raise_plan_format_error(
 
 def _timed(text: str) -> float:
     start = time.perf_counter()
-    try_parse_plan(text, num_workers=3)
+    try_parse_plan(text, workers=3)
     return time.perf_counter() - start
 
 

@@ -22,7 +22,7 @@ from conductor_core.workflow.grammar import plan_regex, subtask_regex
 from conductor_core.workflow.model import AccessMode, Step, Workflow
 from conductor_core.workflow.parser import parse_plan, try_parse_plan
 
-# (num_workers, max_steps, access mode, allow_empty, max_subtask_chars)
+# (workers, max_steps, access mode, allow_empty, max_subtask_chars)
 SHAPES = [
     (1, 1, AccessMode.BINARY, False, None),
     (3, 2, AccessMode.BINARY, False, None),
@@ -40,7 +40,7 @@ def _ids(shape) -> str:
 
 def _parse(text: str, shape):
     n, steps, mode, empty, _ = shape
-    return parse_plan(text, num_workers=n, max_steps=steps, access_mode=mode, allow_empty=empty)
+    return parse_plan(text, workers=n, max_steps=steps, access_mode=mode, allow_empty=empty)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_ids)
@@ -96,7 +96,7 @@ def test_rendered_plans_match(shape):
 
 GOOD = 'model_id = [0, 1]\nsubtasks = ["Solve it.", "Check it."]\naccess_list = [[], ["all"]]'
 
-# Plans the parser rejects (with num_workers=2, max_steps=2, binary, no empty plans) ...
+# Plans the parser rejects (with workers=2, max_steps=2, binary, no empty plans) ...
 REJECTED = [
     "",
     "I would rather not write a plan.",
@@ -120,7 +120,7 @@ REJECTED = [
     'model_id = [0, 1]\nsubtasks = ["Solve it.", "Check it."]\naccess_list = [[], ["all"]',
     'model_id = [0, 1]\nsubtasks = ["Solve it.", "Check it."',
 ]
-# ... and index-mode plans it rejects (num_workers=3, max_steps=3).
+# ... and index-mode plans it rejects (workers=3, max_steps=3).
 REJECTED_INDEX = [
     'model_id = [0]\nsubtasks = ["A"]\naccess_list = [[0]]',
     'model_id = [0, 1]\nsubtasks = ["A", "B"]\naccess_list = [[], [1]]',
@@ -132,14 +132,14 @@ REJECTED_INDEX = [
 
 @pytest.mark.parametrize("text", REJECTED)
 def test_rejected_plans_fail_the_regex(text):
-    workflow, error = try_parse_plan(text, num_workers=2, max_steps=2)
+    workflow, error = try_parse_plan(text, workers=2, max_steps=2)
     assert workflow is None and error is not None  # the corpus really is rejected
     assert not re.fullmatch(plan_regex(2, 2), text)
 
 
 @pytest.mark.parametrize("text", REJECTED_INDEX)
 def test_rejected_index_plans_fail_the_regex(text):
-    workflow, error = try_parse_plan(text, num_workers=3, max_steps=3, access_mode="index")
+    workflow, error = try_parse_plan(text, workers=3, max_steps=3, access_mode="index")
     assert workflow is None and error is not None
     assert not re.fullmatch(plan_regex(3, 3, "index"), text)
 
@@ -161,15 +161,56 @@ NOT_CANONICAL = [
 
 @pytest.mark.parametrize("text", NOT_CANONICAL)
 def test_non_canonical_plans_parse_but_fail_the_regex(text):
-    assert try_parse_plan(text, num_workers=2, max_steps=2)[0] is not None
+    assert try_parse_plan(text, workers=2, max_steps=2)[0] is not None
     assert not re.fullmatch(plan_regex(2, 2), text)
+
+
+def test_an_offered_subset_admits_exactly_its_pool_ids():
+    """Offered {1, 3} (a 2-of-4 subset): the grammar writes model ids 1 and 3 only, and every plan
+    it admits parses for the same offer."""
+    pattern = re.compile(plan_regex([1, 3], 2))
+    assert pattern.pattern == plan_regex([3, 1], 2)  # the order offered does not matter
+
+    def plan(ids: str) -> str:
+        n = ids.count(",") + 1
+        subtasks = ", ".join(['"Solve it."'] * n)
+        access = ", ".join(["[]"] * n)
+        return f"model_id = [{ids}]\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+
+    for ok in ("1", "3", "3, 1", "1, 1", "3, 3"):
+        assert pattern.fullmatch(plan(ok)), ok
+        assert parse_plan(plan(ok), workers=[1, 3], max_steps=2).worker_ids() == [
+            int(i) for i in ok.split(", ")
+        ]
+    for bad in ("0", "2", "4", "13", "31", "1, 0", "2, 3", "1, 3, 1"):
+        assert not pattern.fullmatch(plan(bad)), bad
+    # every plan the subset's grammar generates parses for that offer and names 1 or 3 only
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(st.from_regex(plan_regex([1, 3], 3, AccessMode.INDEX), fullmatch=True))
+    def check(text: str) -> None:
+        workflow = parse_plan(text, workers=[1, 3], max_steps=3, access_mode=AccessMode.INDEX)
+        assert set(workflow.worker_ids()) <= {1, 3}
+
+    check()
+    # ids of two digits are whole alternatives, not one digit of them
+    wide = re.compile(plan_regex([1, 10], 1))
+    assert wide.fullmatch(plan("10")) and wide.fullmatch(plan("1"))
+    assert not wide.fullmatch(plan("0")) and not wide.fullmatch(plan("11"))
 
 
 def test_subtask_cap_and_bad_arguments():
     capped = re.compile(subtask_regex(3))
     assert capped.fullmatch('"abc"') and not capped.fullmatch('"abcd"')
     assert capped.fullmatch('"a<b"')  # '<' and the character after it count as one
-    for bad in ({"num_workers": 0}, {"num_workers": 2, "max_steps": 0}):
+    bad_arguments = (
+        {"workers": 0},
+        {"workers": []},
+        {"workers": [1, 1]},
+        {"workers": [-1]},
+        {"workers": 2, "max_steps": 0},
+    )
+    for bad in bad_arguments:
         with pytest.raises(ValueError):
             plan_regex(**bad)
     with pytest.raises(ValueError):

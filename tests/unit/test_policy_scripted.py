@@ -62,7 +62,7 @@ def test_each_domain_yields_a_valid_two_step_plan(domain: str) -> None:
     assert steps[1].access == ALL
     assert steps[0].worker != steps[1].worker
     # The raw text is real Conductor output: the real parser reads the same workflow back.
-    assert parse_plan(result.raw, num_workers=3) == result.workflow
+    assert parse_plan(result.raw, workers=3) == result.workflow
 
 
 def test_routes_by_configured_mapping() -> None:

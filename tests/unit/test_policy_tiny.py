@@ -75,7 +75,7 @@ def test_tokenizer_round_trips_the_format(loaded) -> None:
         assert tokenizer.decode(ids) == text
     rendered = PLAN.render()
     decoded = tokenizer.decode(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    assert parse_plan(decoded, num_workers=2) == PLAN
+    assert parse_plan(decoded, workers=2) == PLAN
 
 
 def test_vocabulary_fits_the_format(loaded) -> None:

@@ -26,7 +26,7 @@ QUESTION = "How many weekdays are there in March 2027?"
 def test_four_examples_each_parse_in_their_mode(mode: AccessMode) -> None:
     examples = worked_examples(mode)
     assert len(examples) == 4
-    plans = [parse_plan(e, num_workers=3, access_mode=mode) for e in examples]
+    plans = [parse_plan(e, workers=3, access_mode=mode) for e in examples]
     assert sorted(len(p) for p in plans) == [1, 2, 3, 4]
     accesses = {s.access for p in plans for s in p.steps}
     assert "all" in accesses and () in accesses
@@ -107,7 +107,7 @@ def test_recursion_prompt_shows_previous_plan_and_answer() -> None:
     assert f"<previous_plan>\n{plan}\n</previous_plan>" in prompt
     assert "<previous_answer>\n23 weekdays\n</previous_answer>" in prompt
     assert "model_id = []\nsubtasks = []\naccess_list = []" in prompt
-    keep = parse_plan(prompt, num_workers=3, allow_empty=True)
+    keep = parse_plan(prompt, workers=3, allow_empty=True)
     assert keep == Workflow(steps=())
 
 

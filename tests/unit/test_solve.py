@@ -85,12 +85,70 @@ def test_bad_plan_in_later_round_keeps_previous_answer() -> None:
     assert trace.answer == trace.rounds[0].workflow.answer and not trace.format_error
 
 
-def test_subset_is_renumbered_and_mapped_back() -> None:
+def plan_text(*workers: int) -> str:
+    return ok(*workers).raw
+
+
+def test_a_subset_is_offered_under_its_pool_ids_and_runs_as_written() -> None:
+    """2 of 4 workers offered ({1, 3}): the Conductor is shown Model 1 and Model 3 (no
+    renumbering), and a plan naming Model 3 runs on pool worker 3 as written."""
+    from conductor_core.policy.text import TextPlanSource
+    from conductor_core.solve import plan_request
+    from conductor_core.workflow.prompts import plan_messages
+
+    options = SolveOptions(worker_ids=(1, 3))
+    request = plan_request("Q?", 4, options)
+    assert [w.id for w in request.workers] == [1, 3]
+    full = plan_messages(request)[0]["content"]
+    assert (
+        "Available models:\nModel 1\nModel 3" in full
+        and "Model 0" not in full.split("Available models:")[-1]
+    )
+    compact = SolveOptions(worker_ids=(1, 3), prompt_style="compact")
+    assert "Models: 1, 3" in plan_messages(plan_request("Q?", 4, compact))[0]["content"]
     pool = FakePool(n=4)
-    source = ScriptedSource(ok(0, 1))
-    trace = go(source, pool, worker_ids=(3, 1))
-    assert [w.id for w in source.requests[0].workers] == [0, 1]
+    trace = go(TextPlanSource(plan_text(3, 1)), pool, worker_ids=(1, 3))
+    assert not trace.format_error and [w for w, _ in pool.seen] == [3, 1]
     assert [s.worker for s in trace.rounds[0].workflow.steps] == [3, 1]
+    assert trace.rounds[0].raw_plan.startswith("model_id = [3, 1]")
+
+
+def test_a_plan_naming_a_worker_not_offered_is_rejected_naming_the_offer() -> None:
+    pool = FakePool(n=4)
+    from conductor_core.policy.text import TextPlanSource
+
+    trace = go(TextPlanSource(plan_text(0)), pool, worker_ids=(1, 3))
+    assert trace.format_error and trace.calls == 0 and not pool.seen
+    error = trace.rounds[0].plan_error
+    assert error == {
+        "code": "unknown_worker",
+        "message": "step 0 uses model 0, which is not offered; the offered models are 1, 3",
+    }
+    # A plan source that skips the parser cannot run a worker that was not offered either.
+    trace = go(ScriptedSource(ok(1, 2)), pool, worker_ids=(1, 3))
+    assert trace.format_error and not pool.seen
+    assert trace.rounds[0].plan_error["message"].startswith("step 1 uses model 2")
+
+
+def test_descriptions_are_stored_by_pool_id_and_reach_the_right_worker() -> None:
+    from conductor_core.solve import plan_request
+    from conductor_core.workflow.prompts import plan_messages
+
+    described = tuple(f"worker {i} description" for i in range(4))
+    options = SolveOptions(worker_ids=(3, 1), descriptors=True, descriptions=described)
+    request = plan_request("Q?", 4, options)
+    assert [(w.id, w.description) for w in request.workers] == [
+        (3, "worker 3 description"),
+        (1, "worker 1 description"),
+    ]
+    text = plan_messages(request)[0]["content"]
+    assert "Model 3: worker 3 description\nModel 1: worker 1 description" in text
+    assert "worker 0 description" not in text and "worker 2 description" not in text
+    # a pool worker past the end of descriptions has none
+    short = plan_request(
+        "Q?", 4, SolveOptions(worker_ids=(0, 3), descriptors=True, descriptions=("only zero",))
+    )
+    assert [w.description for w in short.workers] == ["only zero", ""]
 
 
 def test_infra_failure_is_not_a_wrong_answer() -> None:

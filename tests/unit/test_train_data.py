@@ -51,7 +51,7 @@ def test_full_prompt_style_uses_the_conductor_prompt():
     assert "model_id" in content and "Model 3" in content
 
 
-def test_adaptive_rows_offer_renumbered_random_subsets_deterministically():
+def test_adaptive_rows_offer_random_subsets_under_pool_ids_deterministically():
     problems = select_problems(read_problems(bundled_train_problems_path()), "train", 10)
     config = build_config(
         {"steps": 5, "questions_per_step": 4, "adaptive": {"k_min": 2, "k_max": 3}},
@@ -65,17 +65,32 @@ def test_adaptive_rows_offer_renumbered_random_subsets_deterministically():
     for r in rows:
         assert len(set(r["offered"])) == len(r["offered"])
         assert all(0 <= i < 4 for i in r["offered"])
-        models = ", ".join(str(i) for i in range(len(r["offered"])))
+        # in pool order, shown under their pool ids (never renumbered 0..k-1)
+        assert r["offered"] == sorted(r["offered"])
+        models = ", ".join(str(i) for i in r["offered"])
         assert f"Models: {models}." in r["prompt"][0]["content"]
+    assert any(r["offered"] != list(range(len(r["offered"]))) for r in rows)
     assert rows == build_rows(problems, 4, config)
     other = build_rows(problems, 4, config.model_copy(update={"seed": 1}))
     assert [r["offered"] for r in rows] != [r["offered"] for r in other]
-    # pool order by default (ids keep their relative order); shuffled when asked
-    assert all(r["offered"] == sorted(r["offered"]) for r in rows)
-    shuffled = config.model_copy(
-        update={"adaptive": config.adaptive.model_copy(update={"shuffle": True})}
-    )
-    assert any(r["offered"] != sorted(r["offered"]) for r in build_rows(problems, 4, shuffled))
+
+
+def test_a_two_of_four_subset_lists_its_models_under_pool_ids():
+    from conductor_core.train.data import stage_prompt
+
+    for style, listed in (("compact", "Models: 1, 3."), ("full", "Model 1\nModel 3")):
+        config = build_config({"data": {"prompt_style": style}}, stage="adaptive", profile="tiny")
+        content = stage_prompt(config, "What is 2+2?", 4, offered=[1, 3])[0]["content"]
+        assert listed in content, style
+
+
+def test_the_shuffle_option_is_gone():
+    import pytest
+
+    from conductor_core.errors import ConfigError
+
+    with pytest.raises((ConfigError, ValueError), match="shuffle"):
+        build_config({"adaptive": {"shuffle": True}}, stage="adaptive", profile="tiny")
 
 
 def test_build_dataset_columns():

@@ -1,6 +1,7 @@
 """Routing exploration (train/exploration.py): where the floor applies and how much it moves,
-that coverage routes each group's plans to distinct offered workers, and that ``generate`` is left
-as it was."""
+that coverage routes each group's plans to distinct offered workers, that the offered workers come
+from the data (recorded per prompt, never read from the prompt's text), and that ``generate`` is
+left as it was."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from conductor_core.train.exploration import (
-    offered_ids,
+    OfferedPrompts,
     routing_exploration,
     routing_processor,
     without_exploration,
 )
-from conductor_core.workflow.prompts import compact_prompt, conductor_prompt
+from conductor_core.workflow.prompts import compact_prompt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -31,19 +32,28 @@ def tiny(tmp_path_factory) -> tuple:
     return tok, model
 
 
-def test_offered_ids_in_both_prompt_styles() -> None:
-    assert offered_ids(compact_prompt("What is 2+2?", [1, 3], max_steps=3)) == [1, 3]
-    assert offered_ids(conductor_prompt("What is 2+2?", 3)) == [0, 1, 2]
-    assert offered_ids("no models here") == []
+def test_offered_prompts_are_recorded_by_token_ids() -> None:
+    offered = OfferedPrompts()
+    offered.record([[5, 6, 7], [5, 6]], [[1, 3], (0, 2)])
+    assert offered.get([5, 6, 7]) == (1, 3) and offered.get((5, 6)) == (0, 2)
+    assert offered.get([5]) is None and len(offered) == 2
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        offered.record([[1], [2]], [[0]])
+    offered.clear()
+    assert offered.get([5, 6, 7]) is None
 
 
-def _apply(tok, prompt: str, completion: str, floor: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The floor's output for one row (``prompt`` + ``completion``) on logits favouring ``]``."""
+def _apply(
+    tok, prompt: str, completion: str, floor: float, offered: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The floor's output for one row (``prompt`` + ``completion``, offering ``offered``) on
+    logits favouring ``]``."""
     p_ids = tok.encode(prompt, add_special_tokens=False)
     input_ids = torch.tensor([p_ids + tok.encode(completion, add_special_tokens=False)])
     scores = torch.full((1, len(tok)), -30.0)
     scores[0, tok.encode("]", add_special_tokens=False)[0]] = 30.0
-    return routing_processor(tok, [prompt], len(p_ids), floor)(input_ids, scores), scores
+    process = routing_processor(tok, [prompt], [offered], len(p_ids), floor)
+    return process(input_ids, scores), scores
 
 
 def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
@@ -51,24 +61,46 @@ def test_floor_lifts_offered_ids_at_a_worker_slot_only(tiny) -> None:
     prompt = compact_prompt("What is 2+2?", [0, 2, 3], max_steps=3)
     digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
     for slot in ("model_id = [", "model_id = [2, "):
-        out, _ = _apply(tok, prompt, slot, 0.3)
+        out, _ = _apply(tok, prompt, slot, 0.3, [0, 2, 3])
         probs = torch.softmax(out, dim=-1)[0]
         for i in (0, 2, 3):
             assert probs[digit[i]] == pytest.approx(0.1, abs=1e-3)  # 0.3 over 3 offered ids
         assert probs[digit[1]] < 1e-6  # not offered
         assert probs[tok.encode("]", add_special_tokens=False)[0]] == pytest.approx(0.7, abs=1e-3)
     for elsewhere in ('model_id = [2]\nsubtasks = ["', "access_list = [[], ["):
-        out, scores = _apply(tok, prompt, elsewhere, 0.3)
+        out, scores = _apply(tok, prompt, elsewhere, 0.3, [0, 2, 3])
         assert torch.equal(out, scores)  # not a worker slot: the policy as it is
 
 
+def test_the_offered_ids_come_from_the_data_not_the_prompt_text(tiny) -> None:
+    """The floor spreads over the ids the row offers, whatever the prompt's text names."""
+    tok, _ = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    out, _ = _apply(tok, prompt, "model_id = [", 0.3, [1, 3])
+    probs = torch.softmax(out, dim=-1)[0]
+    assert probs[digit[1]] == pytest.approx(0.15, abs=1e-3)
+    assert probs[digit[3]] == pytest.approx(0.15, abs=1e-3)
+    assert probs[digit[0]] < 1e-6 and probs[digit[2]] < 1e-6
+    out, scores = _apply(tok, prompt, "model_id = [", 0.3, [])  # offers nothing: as it is
+    assert torch.equal(out, scores)
+
+
 def _first_ids(
-    tok, model, prompt: str, rows: int, paused: bool = False, **exploration: float
+    tok,
+    model,
+    prompt: str,
+    offered: list[int],
+    rows: int,
+    paused: bool = False,
+    **exploration: float,
 ) -> list[int]:
-    """The token sampled right after ``model_id = [`` for ``rows`` copies of ``prompt``, under
-    :func:`routing_exploration` with ``exploration`` (floor, coverage); ``paused``: inside
-    :func:`without_exploration` as well."""
+    """The token sampled right after ``model_id = [`` for ``rows`` copies of ``prompt`` (recorded
+    as offering ``offered``), under :func:`routing_exploration` with ``exploration`` (floor,
+    coverage); ``paused``: inside :func:`without_exploration` as well."""
     ids = tok([prompt] * rows, return_tensors="pt", add_special_tokens=False)
+    recorded = OfferedPrompts()
+    recorded.record([tok.encode(prompt, add_special_tokens=False)], [offered])
     opening = tok.encode("model_id = [", add_special_tokens=False)
     everything = list(range(len(tok)))
     n_prompt = ids["input_ids"].shape[1]
@@ -77,7 +109,7 @@ def _first_ids(
         done = len(sofar) - n_prompt
         return [opening[done]] if done < len(opening) else everything
 
-    with routing_exploration(model, tok, **exploration):
+    with routing_exploration(model, tok, recorded, **exploration):
         wrapped = model.generate
         with without_exploration(model) if paused else nullcontext():
             out = model.generate(
@@ -96,7 +128,7 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
     class_generate = type(model).generate
     digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
     chosen = _first_ids(
-        tok, model, compact_prompt("What is 2+2?", [1, 3], max_steps=3), 64, floor=0.9
+        tok, model, compact_prompt("What is 2+2?", [1, 3], max_steps=3), [1, 3], 64, floor=0.9
     )
     share = sum(t in (digit[1], digit[3]) for t in chosen) / len(chosen)
     assert share >= 0.8  # at least 0.9 of the mass sits on the two offered ids
@@ -107,8 +139,23 @@ def test_generate_samples_offered_workers_and_is_restored(tiny) -> None:
 
 def test_floor_outside_its_range_is_refused(tiny) -> None:
     tok, model = tiny
-    with pytest.raises(ValueError, match=r"\[0, 1\)"), routing_exploration(model, tok, 1.0):
+    with (
+        pytest.raises(ValueError, match=r"\[0, 1\)"),
+        routing_exploration(model, tok, OfferedPrompts(), 1.0),
+    ):
         pass
+
+
+def test_generating_a_prompt_that_was_not_recorded_is_refused(tiny) -> None:
+    tok, model = tiny
+    prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
+    ids = tok([prompt], return_tensors="pt", add_special_tokens=False)
+    with (
+        pytest.raises(RuntimeError, match="1 of 1 prompts"),
+        routing_exploration(model, tok, OfferedPrompts(), 0.5),
+    ):
+        model.generate(**ids, max_new_tokens=1, pad_token_id=0)
+    assert "generate" not in vars(model)
 
 
 @pytest.mark.parametrize("field", [("routing_floor", 0.1), ("routing_coverage", 2)])
@@ -139,7 +186,8 @@ def test_coverage_routes_each_group_to_distinct_offered_workers(tiny) -> None:
     for slot in ("model_id = [", "model_id = [2, "):
         input_ids, width = _slot_batch(tok, prompts, slot)
         scores = torch.zeros((len(prompts), len(tok)))
-        out = routing_processor(tok, prompts, width, 0.0, coverage=4)(input_ids, scores)
+        offered = [[0, 1, 2, 3]] * 5 + [[1, 3]] * 3
+        out = routing_processor(tok, prompts, offered, width, 0.0, coverage=4)(input_ids, scores)
         forced = [digit.get(int(out[r].argmax())) for r in range(len(prompts))]
         assert all(torch.isinf(out[r]).sum() == len(tok) - 1 for r in (0, 1, 2, 3, 5, 6, 7))
         assert sorted(forced[:4]) == [0, 1, 2, 3]  # four plans, four different workers
@@ -155,7 +203,9 @@ def test_coverage_keeps_one_worker_per_plan_across_slots(tiny) -> None:
     chosen = []
     for slot in ("model_id = [", "model_id = [1, "):
         input_ids, width = _slot_batch(tok, [prompt] * 4, slot)
-        process = process or routing_processor(tok, [prompt] * 4, width, 0.0, coverage=4)
+        process = process or routing_processor(
+            tok, [prompt] * 4, [[0, 1, 2, 3]] * 4, width, 0.0, coverage=4
+        )
         out = process(input_ids, torch.zeros((4, len(tok))))
         chosen.append(out.argmax(-1).tolist())
     assert chosen[0] == chosen[1]
@@ -165,10 +215,13 @@ def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
     tok, model = tiny
     digit = {tok.encode(str(i), add_special_tokens=False)[0]: i for i in range(4)}
     prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
-    chosen = _first_ids(tok, model, prompt, 8, coverage=4)
+    chosen = _first_ids(tok, model, prompt, [0, 1, 2, 3], 8, coverage=4)
     assert sorted(digit[t] for t in chosen[:4]) == [0, 1, 2, 3]
     assert "generate" not in vars(model)
-    with pytest.raises(ValueError, match="coverage"), routing_exploration(model, tok, coverage=-1):
+    with (
+        pytest.raises(ValueError, match="coverage"),
+        routing_exploration(model, tok, OfferedPrompts(), coverage=-1),
+    ):
         pass
 
 
@@ -179,8 +232,8 @@ def test_without_exploration_samples_the_policy_inside_exploration(tiny) -> None
     digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
     prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
     offered = {digit[1], digit[3]}
-    explored = _first_ids(tok, model, prompt, 32, floor=0.99, coverage=2)
-    paused = _first_ids(tok, model, prompt, 32, paused=True, floor=0.99, coverage=2)
+    explored = _first_ids(tok, model, prompt, [1, 3], 32, floor=0.99, coverage=2)
+    paused = _first_ids(tok, model, prompt, [1, 3], 32, paused=True, floor=0.99, coverage=2)
     assert sum(t in offered for t in explored) >= 28
     assert sum(t in offered for t in paused) < 16  # the random tiny policy: anything
     assert "generate" not in vars(model)

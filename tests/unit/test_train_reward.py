@@ -85,14 +85,16 @@ def test_infrastructure_failure_is_none_not_zero():
     assert r.last_metrics["infra_error_rate"] == 1.0
 
 
-def test_adaptive_mapping_runs_the_offered_pool_worker():
+def test_an_offered_subset_runs_the_pool_worker_the_plan_names():
     r = make_reward()
     ids = [p.id for p in MATH[:20]]
-    # "Model 0" is pool worker 1 (weak at math), "Model 1" is pool worker 0 (best at math).
-    run(r, [plan(1)] * 20, ids, offered=[[1, 0]] * 20)
+    # Offered {0, 1} under their pool ids: "Model 0" is pool worker 0 (best at math), as written.
+    run(r, [plan(0)] * 20, ids, offered=[[1, 0]] * 20)
     assert all(o.workers == [0] for o in r.last_outcomes)
-    run(r, [plan(2)] * 2, ids[:2], offered=[[1, 0]] * 2)
+    run(r, [plan(2)] * 2, ids[:2], offered=[[1, 0]] * 2)  # pool worker 2 was not offered
     assert [o.format_error_code for o in r.last_outcomes] == ["unknown_worker"] * 2
+    run(r, [plan(3)] * 2, ids[:2], offered=[[1, 3]] * 2)  # a 2-of-4 subset: 3 is offered
+    assert all(o.workers == [3] and not o.format_error for o in r.last_outcomes)
 
 
 def test_several_executions_are_averaged():
@@ -236,11 +238,11 @@ def test_the_reward_runs_each_completion_through_solve(monkeypatch):
     p = MATH[0]
     previous = PreviousRound(plan=plan(1), answer="\\boxed{-1}")
     r = make_reward(executions=2, rounds=RoundState(previous={1: previous}))
-    run(r, [plan(0), plan(0)], [p.id, p.id], offered=[[0, 1, 2, 3], [2, 3, 0, 1]])
-    assert [(c[0], c[1]) for c in calls] == [(p.question, plan(0))] * 4
+    run(r, [plan(2), plan(2)], [p.id, p.id], offered=[[0, 1, 2, 3], [2, 3, 0, 1]])
+    assert [(c[0], c[1]) for c in calls] == [(p.question, plan(2))] * 4
     assert [c[2] for c in calls].count(previous) == 2 and [c[2] for c in calls].count(None) == 2
     assert {c[3] for c in calls} == {(0, 1, 2, 3), (2, 3, 0, 1)}
-    assert r.last_outcomes[1].workers == [2]  # "Model 0" of the second offer is pool worker 2
+    assert r.last_outcomes[1].workers == [2]  # "Model 2" is pool worker 2 in every offer
 
 
 # --------------------------------------------------------------------------------------------

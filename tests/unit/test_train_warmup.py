@@ -28,7 +28,7 @@ def test_synthetic_plans_parse_and_use_every_worker():
     rng = Random(0)
     workers = Counter()
     for _ in range(400):
-        wf = parse_plan(synthetic_plan(rng, 4, max_plan_steps=3), num_workers=4)
+        wf = parse_plan(synthetic_plan(rng, 4, max_plan_steps=3), workers=4)
         assert 1 <= len(wf) <= 3
         workers.update(wf.worker_ids())
     assert set(workers) == {0, 1, 2, 3}
@@ -44,7 +44,26 @@ def test_warmup_texts_mix_in_recursion_rounds():
     assert 0 < len(keeps) < len(recursion)
     assert all(p != KEEP_PLAN for m, p in pairs if "Previous plan:" not in m[0]["content"])
     for _, p in pairs:
-        parse_plan(p, num_workers=4, allow_empty=True)
+        parse_plan(p, workers=4, allow_empty=True)
+
+
+def test_warmup_offers_random_subsets_and_plans_name_only_offered_workers():
+    """The warm-up teaches that a plan names only the workers its prompt lists: without it the
+    adaptive stage starts from a model that never read the list."""
+    import re
+
+    config = build_config({}, profile="tiny")
+    pairs = warmup_texts(PROBLEMS, 4, config, 300, seed=2)
+    sizes = Counter()
+    for messages, plan in pairs:
+        listed = re.match(r"Models: ([\d, ]+)\.", messages[0]["content"])  # the compact prompt
+        assert listed is not None
+        offered = [int(i) for i in listed.group(1).split(", ")]
+        sizes[len(offered)] += 1
+        wf = parse_plan(plan, workers=offered, allow_empty=True)
+        assert set(wf.worker_ids()) <= set(offered)
+    assert set(sizes) == {2, 3, 4}  # adaptive.k_min = 2 up to the whole pool
+    assert min(sizes.values()) > 50
 
 
 @pytest.fixture(scope="module")

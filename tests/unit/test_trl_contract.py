@@ -1,7 +1,8 @@
 """The TRL and transformers versions the training code relies on (pyproject.toml pins them;
 these tests fail on a version outside that window):
 
-- the private GRPOTrainer methods the recursive trainer overrides keep their signatures;
+- the private GRPOTrainer methods the recursive trainer and the offered-workers recorder
+  (train/exploration.py) override keep their signatures;
 - the installed versions lie inside the pins, and the ``vllm`` pin inside TRL's vLLM window.
 
 What a real GRPOTrainer does with them: tests/integration/test_trl_trainer_contract.py.
@@ -94,6 +95,7 @@ def parameters(func) -> list[tuple[str, object]]:
 def test_overridden_private_methods_keep_their_signatures():
     from trl import GRPOTrainer
 
+    from conductor_core.train.exploration import offered_trainer_class
     from conductor_core.train.recursive import make_recursive_trainer_class
 
     empty = inspect.Parameter.empty
@@ -112,3 +114,13 @@ def test_overridden_private_methods_keep_their_signatures():
     for name, params in expected.items():
         assert parameters(getattr(GRPOTrainer, name)) == params, name
         assert parameters(getattr(recursive, name)) == params, name
+    # the trainer that records each prompt's offered workers (routing exploration)
+    offered = offered_trainer_class()
+    assert issubclass(recursive, offered) and issubclass(offered, GRPOTrainer)
+    tokenize = [("self", empty), ("prompts", empty)]
+    assert parameters(GRPOTrainer._tokenize_prompts) == tokenize
+    assert parameters(offered._tokenize_prompts) == tokenize
+    assert (
+        parameters(offered._generate_and_score_completions)
+        == (expected["_generate_and_score_completions"])
+    )

@@ -1,0 +1,236 @@
+"""Routing inside offered subsets: does an adaptive Conductor send each question to the best
+worker it is offered?
+
+For a trained Conductor (a model folder, e.g. ``runs/adaptive/model``) and a simulated pool (the
+tiny profile's, ``conductor_core/resources/train/pool.yaml``, unless ``--pool``), every 2- and
+3-worker subset of the pool is offered in turn (under its pool ids, as in training) on the
+held-out (``test`` split) questions. For each question the worker whose output is the answer
+(the last step that ran; the single step of a one-step plan) is compared with the best offered
+worker for the question's domain: the highest simulated skill for that domain among the offered
+(any of those tied for it). Questions whose offered workers all have the same skill for their
+domain are left out (no choice is better there). A plan that does not parse, or names a worker
+that was not offered, counts as a miss. Plans go through the library's evaluation path
+(:class:`~conductor_core.evaluate.methods.PlanSourceMethod` over
+:class:`~conductor_core.policy.local.TransformersPlanSource`, then
+:func:`~conductor_core.evaluate.runner.run_eval`), so they are planned and run as anywhere else.
+
+    .venv/bin/python bench/bench_adaptive_routing.py runs/adaptive/model [--held-out 60]
+        [--plans 1] [--temperature 0] [--sizes 2 3] [--pool POOL] [--seed 0]
+    .venv/bin/python bench/bench_adaptive_routing.py --train OUT [--base-steps 130]
+        [--adaptive-steps 80]     # no model: train the tiny profile's base + adaptive stages
+
+Training (the learning test's recipe: warm-up 300 steps, base GRPO, then the adaptive stage) takes
+about 10 CPU-minutes; the measurement itself about a minute for 10 subsets x 60 questions.
+Prints a table (one row per subset) and the share averaged over subsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: bench.learning
+
+if TYPE_CHECKING:
+    from conductor_core.tasks.problem import Problem
+    from conductor_core.workers.config import PoolConfig
+
+
+@dataclass
+class SubsetResult:
+    """The figures of one offered subset."""
+
+    subset: tuple[int, ...]
+    judged: int = 0
+    """Plans of questions where the offered workers differ in skill for the domain."""
+    best: int = 0
+    """Of those, the plans whose answer came from a best offered worker."""
+    format_errors: int = 0
+    correct: int = 0
+    plans: int = 0
+
+    @property
+    def share(self) -> float:
+        return self.best / self.judged if self.judged else float("nan")
+
+
+def skill(pool: PoolConfig, worker: int, domain: str) -> float:
+    """The simulated skill of pool worker ``worker`` for ``domain``."""
+    sim = pool.workers[worker].simulation
+    if sim is None:
+        raise SystemExit(f"worker {worker} is not simulated: this bench needs a simulated pool")
+    return sim.skills.get(domain, sim.default_skill)
+
+
+def best_offered(pool: PoolConfig, subset: Sequence[int], domain: str) -> set[int] | None:
+    """The offered workers with the highest skill for ``domain`` (None: all offered tie)."""
+    skills = {w: skill(pool, w, domain) for w in subset}
+    top = max(skills.values())
+    best = {w for w, s in skills.items() if s == top}
+    return None if len(best) == len(skills) else best
+
+
+def subsets(size: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every subset of ``range(size)`` with a size in ``sizes``, in pool order."""
+    out: list[tuple[int, ...]] = []
+    for k in sizes:
+        if 1 <= k <= size:
+            out.extend(itertools.combinations(range(size), k))
+    return out
+
+
+def train_tiny(out: Path, *, base_steps: int, adaptive_steps: int, seed: int) -> Path:
+    """Train the tiny profile's base then adaptive stage into ``out``; returns the model folder."""
+    from bench.learning import learning_config
+    from conductor_core.train.grpo import run_stage
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    base = run_stage(learning_config(out / "base", steps=base_steps, seed=seed), log=say)
+    adaptive = learning_config(
+        out / "adaptive",
+        steps=adaptive_steps,
+        seed=seed,
+        stage="adaptive",
+        init_from=str(base.model_dir),
+    )
+    return run_stage(adaptive, log=say).model_dir
+
+
+def measure(
+    model_dir: Path,
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    config: Any,
+    *,
+    sizes: Sequence[int],
+    plans: int,
+    temperature: float,
+    seed: int,
+) -> list[SubsetResult]:
+    """Plan, run and judge every subset's held-out questions."""
+    from conductor_core.evaluate.methods import PlanSourceMethod
+    from conductor_core.evaluate.runner import RunConfig, run_eval
+    from conductor_core.policy.local import TransformersPlanSource
+    from conductor_core.train.data import stage_options
+    from conductor_core.workers.pool import WorkerPool
+
+    source = TransformersPlanSource(model_dir, temperature=temperature, seed=seed)
+    base = stage_options(config)
+    chosen = subsets(len(pool.workers), sizes)
+    methods = [
+        PlanSourceMethod(
+            "subset " + ",".join(map(str, ids)),
+            source,
+            replace(base, worker_ids=ids, max_rounds=1),
+            keep_trace=False,
+        )
+        for ids in chosen
+    ]
+    run = RunConfig(repeats=plans, seed=seed, progress=False, infra_retries=0, keep_traces=False)
+
+    async def go() -> list[Any]:
+        async with WorkerPool(pool) as workers:
+            with tempfile.TemporaryDirectory(prefix="bench-adaptive-routing-") as tmp:
+                return await run_eval(problems, methods, workers, Path(tmp) / "r.jsonl", run)
+
+    records = asyncio.run(go())
+    results = {m.name: SubsetResult(ids) for m, ids in zip(methods, chosen, strict=True)}
+    for record in records:
+        result = results[record.method]
+        result.plans += 1
+        result.format_errors += record.format_error
+        result.correct += record.correct
+        best = best_offered(pool, result.subset, record.domain)
+        if best is None:
+            continue
+        result.judged += 1
+        result.best += record.final_worker in best
+    return list(results.values())
+
+
+def render(results: Sequence[SubsetResult], pool: PoolConfig) -> str:
+    """The per-subset table (Markdown) and the means over subsets (all, and per subset size)."""
+    names = [w.display_name for w in pool.workers]
+    lines = [
+        "| offered (pool ids) | workers | judged plans | best offered | format errors | accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {', '.join(map(str, r.subset))} | {', '.join(names[i] for i in r.subset)} "
+            f"| {r.judged} | {r.share:.3f} | {r.format_errors / max(1, r.plans):.3f} "
+            f"| {r.correct / max(1, r.plans):.3f} |"
+        )
+    scored = [r for r in results if r.judged]
+    lines.append("")
+    for k in sorted({len(r.subset) for r in scored}):
+        shares = [r.share for r in scored if len(r.subset) == k]
+        lines.append(f"mean over the {len(shares)} subsets of {k}: {sum(shares) / len(shares):.3f}")
+    if scored:
+        mean = sum(r.share for r in scored) / len(scored)
+        lines.append(f"mean best-offered share over {len(scored)} subsets: {mean:.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", help="trained Conductor folder (default: --train)")
+    parser.add_argument("--train", metavar="OUT", help="train base + adaptive into OUT first")
+    parser.add_argument("--base-steps", type=int, default=130)
+    parser.add_argument("--adaptive-steps", type=int, default=80)
+    parser.add_argument("--pool", help="simulated pool YAML (default: the tiny profile's)")
+    parser.add_argument("--held-out", type=int, default=60, help="held-out questions (0: all)")
+    parser.add_argument("--plans", type=int, default=1, help="plans per question and subset")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from bench.learning import held_out_problems, learning_config
+
+    extra = {"data": {"pool": args.pool}} if args.pool else None
+    if args.model:
+        model_dir = Path(args.model)
+    else:
+        out = Path(args.train or tempfile.mkdtemp(prefix="bench-adaptive-train-"))
+        print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
+        if extra:
+            raise SystemExit("--pool with --train: train on it with conductor train instead")
+        model_dir = train_tiny(
+            out, base_steps=args.base_steps, adaptive_steps=args.adaptive_steps, seed=args.seed
+        )
+    with tempfile.TemporaryDirectory(prefix="bench-adaptive-config-") as tmp:
+        config = learning_config(tmp, stage="adaptive", seed=args.seed, extra=extra)
+        problems, pool = held_out_problems(config)
+    if args.held_out:
+        problems = problems[:: max(1, len(problems) // args.held_out)][: args.held_out]
+    start = time.perf_counter()
+    results = measure(
+        model_dir,
+        problems,
+        pool,
+        config,
+        sizes=args.sizes,
+        plans=args.plans,
+        temperature=args.temperature,
+        seed=args.seed,
+    )
+    print(
+        f"{model_dir}: {len(problems)} held-out questions x {args.plans} plan(s), "
+        f"temperature {args.temperature}, {time.perf_counter() - start:.0f} s"
+    )
+    print(render(results, pool))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
