@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import os
 import socket
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.providers.openai_compat import OpenAIProvider, build_request
 from conductor_core.workers.types import ErrorKind, ProviderError
-from tests.support.mock_providers import MSG, SECRET
+from tests.support.mock_providers import MSG, SECRET, key_without_proxies
 
 HANG = "hang"  # reply: never answer
 DROP = "drop"  # reply: close the connection without answering
@@ -146,10 +145,7 @@ async def error_of(provider: OpenAIProvider) -> ProviderError:
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_OPENAI_KEY", SECRET)
-    for name in list(os.environ):
-        if name.lower().endswith("_proxy"):
-            monkeypatch.delenv(name)
+    key_without_proxies(monkeypatch)
 
 
 def test_plain_calls_skip_the_sdk_and_share_one_connection() -> None:

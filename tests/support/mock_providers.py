@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import httpx
@@ -14,6 +15,17 @@ import pytest
 from conductor_core.workers.types import ProviderError
 
 SECRET = "sk-test-SUPERSECRET-0123456789abcdef"
+
+
+def key_without_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TEST_OPENAI_KEY`` set to :data:`SECRET` and no ``*_proxy`` variable (a proxy would take
+    plain http calls off the small HTTP/1.1 client)."""
+    monkeypatch.setenv("TEST_OPENAI_KEY", SECRET)
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+
+
 MSG = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Any
 
 import httpx
@@ -17,15 +16,12 @@ import pytest
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.providers import http11
 from conductor_core.workers.providers.openai_compat import OpenAIProvider
-from tests.support.mock_providers import MSG, SECRET, Server
+from tests.support.mock_providers import MSG, SECRET, Server, key_without_proxies
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_OPENAI_KEY", SECRET)
-    for name in list(os.environ):
-        if name.lower().endswith("_proxy"):
-            monkeypatch.delenv(name)
+    key_without_proxies(monkeypatch)
 
 
 def worker(url: str = "http://127.0.0.1:9/v1") -> WorkerConfig:
