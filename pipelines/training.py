@@ -22,6 +22,7 @@ from components.gate import gate as data_gate
 from components.register import register, register_gpu
 from components.train import train, train_gpu, train_launcher
 from components.validate import validate
+from conductor_core.pipeline.params import CPU_PROFILE
 from pipelines.kubernetes import (
     apply_pod_settings,
     apply_sandbox,
@@ -33,9 +34,6 @@ from pipelines.sharded import sharded_evaluation
 
 NAME = "conductor-training"
 DEFAULT_EVAL_PARALLELISM = 4
-CPU_PROFILE = "tiny"
-"""The profile whose model trains, is evaluated and is registered on CPU pods (its training
-config says ``device: cpu``); every other profile gets GPU pods."""
 TRAINJOB = "trainjob"
 """The ``launcher`` value that trains in a Kubeflow Trainer TrainJob."""
 

@@ -15,6 +15,9 @@ from pathlib import Path
 from conductor_core.errors import ConfigError
 
 PROFILES = ("tiny", "paper")
+CPU_PROFILE = "tiny"
+"""The profile whose model trains, is evaluated and is registered on CPU pods (its training
+config says ``device: cpu``); every other profile gets GPU pods."""
 LAUNCHERS = ("pod", "trainjob")
 METRICS = ("accuracy", "cost_per_question", "calls_per_question")
 

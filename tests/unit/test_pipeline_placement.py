@@ -212,9 +212,8 @@ def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_ch
 
 
 def test_the_cpu_profile_is_the_one_whose_training_config_says_cpu():
-    from conductor_core.pipeline.params import PROFILES
+    from conductor_core.pipeline.params import CPU_PROFILE, PROFILES
     from conductor_core.train.config import STAGES, build_config
-    from pipelines.training import CPU_PROFILE
 
     for profile in PROFILES:
         for stage in STAGES:
