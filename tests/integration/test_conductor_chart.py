@@ -266,6 +266,15 @@ def test_pipeline_parallelism_takes_the_remaining_gpus(helm, home) -> None:
     assert "--data-parallel-size" not in args
 
 
+def test_a_vllm_server_scales_to_zero_replicas_when_asked(helm, home) -> None:
+    """0 is a replica count (the Deployment kept, no GPU held), not a missing value."""
+    name = f"{RELEASE}-conductor-model"
+    docs = render(helm, home, "--set", "conductorModel.replicaCount=0")
+    assert vllm_deployments(docs)[name]["spec"]["replicas"] == 0
+    docs = render(helm, home, "--set", "conductorModel.replicaCount=3")
+    assert vllm_deployments(docs)[name]["spec"]["replicas"] == 3
+
+
 @pytest.mark.parametrize("value_set", VALUE_SETS)
 def test_every_vllm_server_has_memory_shm_and_health_probes(rendered, value_set) -> None:
     for deployment in vllm_deployments(rendered[value_set]).values():

@@ -36,7 +36,8 @@ metadata:
   labels:
     {{- include "conductor.componentLabels" $labelArgs | nindent 4 }}
 spec:
-  replicas: {{ $s.replicaCount | default 1 }}
+  {{- /* hasKey, not default: 0 (scaled to zero, the Deployment kept) is a value */}}
+  replicas: {{ if hasKey $s "replicaCount" }}{{ $s.replicaCount }}{{ else }}1{{ end }}
   # A new pod needs the GPUs of the old one: replace, do not surge.
   strategy:
     type: Recreate
