@@ -27,9 +27,12 @@ def key_id(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
 
 
-def _split_keys(text: str) -> list[str]:
+def _split_keys(text: str, *, commas: bool) -> list[str]:
+    """The keys of ``text``: one per line ('#' comments and blank lines left out), and with
+    ``commas`` also split on commas (the variable's form; a file's line is one key whole, so a
+    key holding a comma never becomes two shorter keys)."""
     keys = []
-    for line in text.replace(",", "\n").splitlines():
+    for line in (text.replace(",", "\n") if commas else text).splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             keys.append(line)
@@ -58,13 +61,13 @@ def load_api_keys(
                 f"{what}: cannot read the API keys file {path} ({exc.strerror or exc}); "
                 f"mount it or fix the path"
             ) from None
-        from_file = _split_keys(text)
+        from_file = _split_keys(text, commas=False)
         if not from_file:
             raise ConfigError(
                 f"{what}: the API keys file {path} holds no key; write one key per line"
             )
         keys += from_file
-    keys += _split_keys(env.get(config.api_keys_env, ""))
+    keys += _split_keys(env.get(config.api_keys_env, ""), commas=True)
     return tuple(dict.fromkeys(keys))
 
 

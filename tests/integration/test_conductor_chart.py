@@ -767,7 +767,7 @@ def test_client_keys_cannot_smuggle_a_short_key(helm, home, key) -> None:
 
 
 def test_a_comma_in_a_key_would_have_made_two_keys() -> None:
-    """Why the schema refuses commas: the gateway reads ``a,b`` as two keys."""
+    """Why the schema refuses commas: the gateway's key variable reads ``a,b`` as two keys."""
     from conductor_core.serve.auth import load_api_keys
     from conductor_core.serve.config import GatewayConfig
 

@@ -294,6 +294,17 @@ def test_keys_come_from_the_file_and_the_environment(tmp_path):
         load_api_keys(GatewayConfig(), {"CONDUCTOR_API_KEYS_FILE": str(tmp_path / "nope")})
 
 
+def test_a_keys_file_line_is_one_key_even_with_a_comma(tmp_path):
+    """A file holds one key per line: a comma inside a key must not make two shorter keys that
+    each authenticate (the variable, documented as comma-separated, still splits)."""
+    path = tmp_path / "keys"
+    path.write_text("sk-long-key-part-one,ab\n")
+    keys = load_api_keys(GatewayConfig(api_keys_file=str(path)), {})
+    assert keys == ("sk-long-key-part-one,ab",)
+    env = {"CONDUCTOR_API_KEYS": "sk-cccccccc,sk-dddddddd"}
+    assert load_api_keys(GatewayConfig(), env) == ("sk-cccccccc", "sk-dddddddd")
+
+
 def test_auth_accepts_only_configured_bearer_keys():
     auth = ApiKeyAuth(("sk-aaaaaaaa", "sk-bbbbbbbb"))
     assert auth.authenticate("Bearer sk-bbbbbbbb") == key_id("sk-bbbbbbbb")
