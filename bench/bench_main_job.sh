@@ -15,7 +15,9 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 104857
   "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 start=$(date +%s)
 rc=0
-.venv/bin/conductor pipeline run training --local --root "$work/runs" "$@" >"$work/run.log" 2>&1 || rc=$?
+# The run's progress lines go to stderr as they come; the log keeps them for the summary below.
+.venv/bin/conductor pipeline run training --local --root "$work/runs" "$@" 2>&1 |
+  tee "$work/run.log" >&2 || rc=$?
 end=$(date +%s)
 printf 'main job: exit %s, wall %d min %02d s\n' "$rc" $(((end - start) / 60)) $(((end - start) % 60))
 # The summary: from the result line to the task table's end (the paths after it are temporary).
