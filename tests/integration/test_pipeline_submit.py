@@ -10,7 +10,6 @@ No ``from __future__ import annotations`` here: kfp reads the component's annota
 import hashlib
 import logging
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from conductor_core.cluster.images import BASE_IMAGE
 from conductor_core.errors import ConductorError
+from conductor_core.track.loopback import free_port
 from pipelines.submit import SubmitError, SubmitResult, default_version_name, submit
 from tests.support.kfp_standin import API, KfpStandIn
 
@@ -47,12 +47,6 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def standin() -> Iterator[KfpStandIn]:
     with KfpStandIn() as server:
         yield server
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_first_submit_uploads_the_pipeline_and_runs_that_version(
@@ -145,7 +139,7 @@ def test_a_taken_version_name_is_a_clear_error(package: Path, standin: KfpStandI
 
 
 def test_unreachable_host_gives_one_clear_line(package: Path) -> None:
-    host = f"http://127.0.0.1:{_free_port()}"
+    host = f"http://127.0.0.1:{free_port()}"
     start = time.monotonic()
     with pytest.raises(SubmitError) as info:
         submit(package, host=host, pipeline_name=PIPELINE)

@@ -4,7 +4,6 @@ checked without a server: tests/unit/test_policy_openai.py)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from fastapi.responses import JSONResponse
 from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.policy.base import PlanRequest, PlanSource, PreviousRound, WorkerInfo
 from conductor_core.policy.openai_policy import OpenAIPlanSource
+from conductor_core.track.loopback import free_port
 from conductor_core.workflow.errors import FormatErrorCode
 
 PLAN = (
@@ -69,18 +69,12 @@ class FakeConductor:
         return app
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, FakeConductor]]:
     import uvicorn
 
     fake = FakeConductor()
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -186,7 +180,7 @@ def test_http_error_is_one_clear_error(server, fake) -> None:
 
 
 def test_unreachable_url_is_one_clear_error() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     source = OpenAIPlanSource(url, "m", max_retries=0, timeout_s=5)
     with pytest.raises(ConductorError, match=rf"^cannot reach the Conductor at {url}/v1: "):
         _run(source, _request())

@@ -20,13 +20,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from conductor_core.track.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO / "scripts" / "setup_vllm_cpu.sh"
@@ -44,13 +45,6 @@ WARMUP_MAX_SECONDS = 120.0
 
 class VllmUnavailable(RuntimeError):
     """The vLLM venv could not be installed or the server did not start (reason + log tail)."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _tail(text: str, chars: int = 3000) -> str:
