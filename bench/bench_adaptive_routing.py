@@ -202,9 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_dir = Path(args.model)
     else:
         out = Path(args.train or tempfile.mkdtemp(prefix="bench-adaptive-train-"))
-        print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
         if extra:
             raise SystemExit("--pool with --train: train on it with conductor train instead")
+        print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
         model_dir = train_tiny(
             out, base_steps=args.base_steps, adaptive_steps=args.adaptive_steps, seed=args.seed
         )
