@@ -268,8 +268,9 @@ class GenerationSpec(_Strict):
         description="Exploration floor on the routing choice, in [0, 1): at each worker id of a "
         "sampled plan, mix this share of a uniform choice over the offered workers into the "
         "policy's, so that no worker drops out of sampling before a small policy tells question "
-        "types apart (train/exploration.py); round-1 plans only in the recursive stage. 0 (the "
-        "paper) samples the policy as it is. `backend: transformers` only.",
+        "types apart (train/exploration.py); the loss weights those choices by their truncated "
+        "importance ratio (importance_ratio_cap). Round-1 plans only in the recursive stage. 0 "
+        "(the paper) samples the policy as it is. `backend: transformers` only.",
     )
     routing_coverage: int = Field(
         default=0,
@@ -277,10 +278,22 @@ class GenerationSpec(_Strict):
         description="Routing coverage: the first this many plans of each question's group route "
         "to different offered workers (in random order, at every worker slot), so every group "
         "compares workers on the same question and the push towards the worker best on average "
-        "cancels (train/exploration.py). Up to plans_per_question; those plans are exploration, "
+        "cancels (train/exploration.py); the loss weights the routed ids by their truncated "
+        "importance ratio (importance_ratio_cap), so what is optimised stays the policy's "
+        "expected reward. Up to plans_per_question; those plans are exploration, "
         "so training-batch routing metrics show them too. In the recursive stage it covers "
         "round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) samples "
         "the policy. `backend: transformers` only.",
+    )
+
+    importance_ratio_cap: float = Field(
+        default=3.0,
+        gt=0.0,
+        description="Truncation of the importance ratios that correct the loss for tokens not "
+        "sampled from the policy (the routing floor's and coverage's choices, the recursive "
+        "stage's filled-in decisions): each such token's advantage is weighted by "
+        "min(pi / q, this) (train/exploration.py). 3.0 is TRL's cap for vLLM sampling; lower "
+        "trades bias for variance. `backend: transformers` (on vLLM TRL's own cap applies).",
     )
 
     @model_validator(mode="after")

@@ -8,11 +8,8 @@ probability for its own domain too, and once it is never sampled GRPO cannot bri
 ``(1 - floor) * p + floor * uniform(offered ids)``, so each offered worker keeps at least
 ``floor / n`` of the choice. Other tokens are sampled from the policy unchanged.
 
-The sampled plans then come from a slightly different policy than the one trained; GRPO's loss
-takes them as on-policy (ratio 1 with one update per batch), which biases it a little towards the
-forced choices that scored well, the point of the floor. It is applied by wrapping the model's
-``generate`` (the call TRL makes with its transformers backend) with one logits processor; vLLM
-sampling does not go through it.
+It is applied by wrapping the model's ``generate`` (the call TRL makes with its transformers
+backend) with one logits processor; vLLM sampling does not go through it.
 
 The floor alone does not separate question types when one worker is best on most of them: the
 policy sends everything to that worker, and the few floor samples of the others carry too little
@@ -21,6 +18,17 @@ contrast to split off the rest. Routing *coverage* gives every group that contra
 offered worker, drawn in random order, at every worker slot. Within a group GRPO's advantages sum
 to zero, so the part of the gradient that moves all questions towards the worker best on average
 cancels, and what is left ranks the workers for that question.
+
+The sampled plans then come from a distribution ``q`` other than the policy ``pi`` being trained,
+so the loss is corrected where they differ (truncated importance sampling, as TRL does for vLLM's
+sampling): the processor records ``log q`` of each token it changed (the mixture's probability
+under the floor; ``1 / n`` for the first worker id a coverage row is routed to, whose worker is a
+uniform draw over the ``n`` offered ones, and 1 for its later ids), and the trainer multiplies that
+token's advantage by ``min(pi / q, importance_ratio_cap)`` (:func:`importance_weights`). Every
+other token was sampled from the policy and keeps weight 1. The gradient is then the policy
+gradient of the expected reward, up to the truncation; what the exploration still changes is which
+plans are evaluated, not what is optimised. The ``exploration/*`` training metrics show the
+weights.
 
 Which workers a prompt offers comes from the data, not from the prompt's text: each training row
 carries its ``offered`` pool ids (:mod:`conductor_core.train.data`). ``generate`` only sees token
@@ -31,17 +39,21 @@ prompts into token ids; the exploration looks each generated row up there.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
 __all__ = [
     "OfferedPrompts",
+    "RoutingProcessor",
+    "importance_weights",
     "offered_trainer_class",
     "routing_exploration",
     "routing_processor",
+    "sampling_log_probs",
     "without_exploration",
 ]
 
@@ -56,6 +68,9 @@ class OfferedPrompts:
 
     def __init__(self) -> None:
         self._by_prompt: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.sampling_log: list[dict[int, float]] | None = None
+        """Per row of the last exploring ``generate`` call: completion position -> ``log q`` of
+        the token sampled there, for the tokens the exploration changed (read by the trainer)."""
 
     def record(self, prompt_ids: Sequence[Sequence[int]], offered: Sequence[Sequence[int]]) -> None:
         """Record that prompt ``prompt_ids[i]`` offers the pool ids ``offered[i]``."""
@@ -70,9 +85,15 @@ class OfferedPrompts:
         """The pool ids the prompt with these token ids offers (None: not recorded)."""
         return self._by_prompt.get(_key(prompt_ids))
 
+    def take_sampling_log(self) -> list[dict[int, float]] | None:
+        """The last ``generate`` call's sampling log (None: that call explored nothing), once."""
+        log, self.sampling_log = self.sampling_log, None
+        return log
+
     def clear(self) -> None:
         """Forget every prompt (the batch is done)."""
         self._by_prompt.clear()
+        self.sampling_log = None
 
     def __len__(self) -> int:
         return len(self._by_prompt)
@@ -100,75 +121,155 @@ def routing_processor(
     prompt_length: int,
     floor: float,
     coverage: int = 0,
-) -> Callable[[Any, Any], Any]:
+) -> RoutingProcessor:
     """A logits processor for one ``generate`` call that applies the routing floor ``floor`` and
     routes the first ``coverage`` rows of each prompt to distinct offered workers.
 
     ``prompts`` identifies each prompt of the call (rows with equal prompts form one group: text,
     or a tuple of token ids), ``offered`` gives the pool ids each prompt offers (None or empty:
     that prompt is sampled as it is), and the batch is left-padded to ``prompt_length`` tokens.
-    With ``num_return_sequences`` the rows of a prompt follow each other."""
-    import torch
-
+    With ``num_return_sequences`` the rows of a prompt follow each other. After the call,
+    :meth:`RoutingProcessor.sampling_log` gives ``log q`` of every token it changed."""
     if len(prompts) != len(offered):
         raise ValueError(f"routing exploration: {len(prompts)} prompts, {len(offered)} offered")
-    allowed = [_single_token_ids(tokenizer, ids) if ids else None for ids in offered]
-    token_text: dict[int, str] = {}
-    assigned: dict[int, int] = {}  # row -> the token of the worker id it is routed to
-    drawn = False
+    return RoutingProcessor(tokenizer, prompts, offered, prompt_length, floor, coverage)
 
-    def text_of(tok: int) -> str:
-        if tok not in token_text:
-            token_text[tok] = tokenizer.decode([tok])
-        return token_text[tok]
 
-    def assign(rows: int, per_prompt: int) -> None:
+class RoutingProcessor:
+    """The logits processor of :func:`routing_processor`; it records the sampling distribution's
+    log-probability of each token it changed, by row and completion position."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompts: Sequence[Hashable],
+        offered: Sequence[Sequence[int] | None],
+        prompt_length: int,
+        floor: float,
+        coverage: int,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.prompts = prompts
+        self.allowed = [_single_token_ids(tokenizer, ids) if ids else None for ids in offered]
+        self.prompt_length = prompt_length
+        self.floor = floor
+        self.coverage = coverage
+        self._token_text: dict[int, str] = {}
+        self._assigned: dict[int, int] = {}  # row -> the token of the worker id it is routed to
+        self._drawn = False
+        self._log: dict[int, dict[int, float]] = {}  # row -> position -> log q
+        self._pending: dict[int, tuple[int, Any]] = {}  # row -> (position, log q over the vocab)
+
+    def _text_of(self, tok: int) -> str:
+        if tok not in self._token_text:
+            self._token_text[tok] = self.tokenizer.decode([tok])
+        return self._token_text[tok]
+
+    def _assign(self, rows: int, per_prompt: int) -> None:
         """Draw each group's worker order once per call (the torch RNG, seeded by the trainer)."""
+        import torch
+
         groups: dict[Hashable, list[int]] = {}
         for row in range(rows):
             index = row // per_prompt
-            if index < len(prompts) and allowed[index]:
-                groups.setdefault(prompts[index], []).append(row)
+            if index < len(self.prompts) and self.allowed[index]:
+                groups.setdefault(self.prompts[index], []).append(row)
         for members in groups.values():
-            ids = allowed[members[0] // per_prompt]
+            ids = self.allowed[members[0] // per_prompt]
             assert ids
             order = torch.randperm(len(ids)).tolist()
-            for j, row in enumerate(members[:coverage]):
-                assigned[row] = ids[order[j % len(ids)]]
+            for j, row in enumerate(members[: self.coverage]):
+                self._assigned[row] = ids[order[j % len(ids)]]
 
-    def process(input_ids: Any, scores: Any) -> Any:
-        per_prompt = max(1, input_ids.shape[0] // max(1, len(allowed)))  # num_return_sequences
-        nonlocal drawn
-        if coverage and not drawn:
-            assign(input_ids.shape[0], per_prompt)
-            drawn = True
+    def _resolve(self, input_ids: Any) -> None:
+        """Record ``log q`` of the tokens sampled at pending floor slots (now in ``input_ids``)."""
+        for row, (position, log_q) in list(self._pending.items()):
+            index = self.prompt_length + position
+            if index < input_ids.shape[1]:
+                self._log.setdefault(row, {})[position] = float(log_q[int(input_ids[row, index])])
+                del self._pending[row]
+
+    def sampling_log(self, sequences: Any) -> list[dict[int, float]]:
+        """Per row of the call: completion position -> ``log q`` of the token sampled there, for
+        every token this processor changed (``sequences``: what ``generate`` returned)."""
+        self._resolve(sequences)
+        return [self._log.get(row, {}) for row in range(sequences.shape[0])]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        per_prompt = max(1, input_ids.shape[0] // max(1, len(self.allowed)))
+        if self.coverage and not self._drawn:
+            self._assign(input_ids.shape[0], per_prompt)
+            self._drawn = True
+        self._resolve(input_ids)
+        position = input_ids.shape[1] - self.prompt_length
         rows = []
         for row in range(input_ids.shape[0]):
-            ids = allowed[row // per_prompt] if row // per_prompt < len(allowed) else None
-            if not ids or input_ids.shape[1] <= prompt_length:
+            index = row // per_prompt
+            ids = self.allowed[index] if index < len(self.allowed) else None
+            if not ids or position <= 0:
                 continue
-            last = text_of(int(input_ids[row, -1])).rstrip()
+            last = self._text_of(int(input_ids[row, -1])).rstrip()
             if last and not last.endswith(("[", ",")):  # a slot follows only these (or spaces)
                 continue
-            completion = tokenizer.decode(input_ids[row, prompt_length:].tolist())
+            completion = self.tokenizer.decode(input_ids[row, self.prompt_length :].tolist())
             if _SLOT.search(completion):
                 rows.append((row, ids))
         if not rows:
             return scores
         out = scores.clone()
         for row, ids in rows:
-            if row in assigned:
+            if row in self._assigned:
                 out[row] = float("-inf")
-                out[row, assigned[row]] = 0.0
+                out[row, self._assigned[row]] = 0.0
+                slots = self._log.setdefault(row, {})
+                # The first id is a uniform draw over the offered workers; later ones follow it.
+                slots[position] = 0.0 if slots else -math.log(len(ids))
                 continue
-            if not floor:
+            if not self.floor:
                 continue
-            probs = torch.softmax(scores[row].float(), dim=-1) * (1.0 - floor)
-            probs[ids] += floor / len(ids)
-            out[row] = torch.log(probs).to(scores.dtype)
+            probs = torch.softmax(scores[row].float(), dim=-1) * (1.0 - self.floor)
+            probs[ids] += self.floor / len(ids)
+            log_q = torch.log(probs)
+            out[row] = log_q.to(scores.dtype)
+            self._pending[row] = (position, log_q)
         return out
 
-    return process
+
+def sampling_log_probs(
+    completion_ids: Sequence[Sequence[int]], log: Sequence[dict[int, float]] | None
+) -> list[list[float]]:
+    """Per completion token, ``log q`` where the exploration changed the sampling distribution
+    (``log``: per row, completion position -> ``log q``) and NaN where the policy sampled it."""
+    rows = [[math.nan] * len(ids) for ids in completion_ids]
+    for row, slots in enumerate(log or ()):
+        if row < len(rows):
+            for position, value in slots.items():
+                if position < len(rows[row]):
+                    rows[row][position] = value
+    return rows
+
+
+def importance_weights(
+    log_pi: Any, log_q: Any, mask: Any, cap: float
+) -> tuple[Any, dict[str, float]]:
+    """Per-token truncated importance weights ``min(pi / q, cap)`` where ``log_q`` (B, T) is
+    recorded (not NaN) and ``mask`` is set, 1 elsewhere; with summary figures (the changed
+    tokens' count and their weights' mean and minimum) for the training metrics."""
+    import torch
+
+    changed = ~torch.isnan(log_q) & mask.bool()
+    weights = torch.ones_like(log_pi)
+    if not bool(changed.any()):
+        return weights, {}
+    ratio = torch.exp(log_pi[changed] - log_q[changed]).clamp(max=cap)
+    weights[changed] = ratio.to(weights.dtype)
+    return weights, {
+        "exploration/tokens": float(changed.sum()),
+        "exploration/ratio_mean": float(ratio.mean()),
+        "exploration/ratio_min": float(ratio.min()),
+    }
 
 
 @contextmanager
@@ -217,7 +318,9 @@ def routing_exploration(
         )
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
-        return generate(*args, logits_processor=processors, **kwargs)
+        out = generate(*args, logits_processor=processors, **kwargs)
+        offered.sampling_log = processor.sampling_log(getattr(out, "sequences", out))
+        return out
 
     model.generate = generate_with_exploration  # an instance attribute: the class's stays as it was
     try:
@@ -237,18 +340,64 @@ def offered_trainer_class() -> type:
     class OfferedGRPOTrainer(GRPOTrainer):
         """GRPOTrainer recording which workers each prompt of a generation batch offers."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, importance_ratio_cap: float = 3.0, **kwargs: Any) -> None:
             self.offered_prompts = OfferedPrompts()
+            self.importance_ratio_cap = importance_ratio_cap
             self._batch_offered: list[Any] | None = None
             super().__init__(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             self._batch_offered = [row.get("offered") for row in inputs]
             try:
-                return super()._generate_and_score_completions(inputs)
+                output = super()._generate_and_score_completions(inputs)
             finally:
                 self._batch_offered = None
                 self.offered_prompts.clear()
+            if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
+                log_q = output.pop("sampling_per_token_logps", None)
+                if log_q is not None:
+                    self._weight_off_policy_tokens(output, log_q)
+            return output
+
+        def _generate_single_turn(
+            self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+        ):
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+            if self.use_vllm:
+                return completion_ids, logprobs
+            return completion_ids, sampling_log_probs(
+                completion_ids, self.offered_prompts.take_sampling_log()
+            )
+
+        def _weight_off_policy_tokens(self, output: dict[str, Any], log_q: Any) -> None:
+            """Multiply the advantage of each token not sampled from the policy (``log_q`` not
+            NaN) by its truncated importance ratio (:func:`importance_weights`)."""
+            import torch
+
+            mask = output["completion_mask"]
+            if not bool((~torch.isnan(log_q) & mask.bool()).any()):
+                return
+            log_pi = output.get("old_per_token_logps")
+            if log_pi is None:  # one update per batch: the policy now is the one that sampled
+                completion = output["completion_ids"]
+                with torch.no_grad():
+                    log_pi, _, _ = self._get_per_token_logps_and_entropies(
+                        self.model,
+                        torch.cat([output["prompt_ids"], completion], dim=1),
+                        torch.cat([output["prompt_mask"], mask], dim=1),
+                        completion.size(1),
+                        batch_size=self.args.per_device_train_batch_size,
+                    )
+            weights, stats = importance_weights(log_pi, log_q, mask, self.importance_ratio_cap)
+            advantages = output["advantages"]
+            if advantages.dim() == 1:
+                advantages = advantages.unsqueeze(1)
+            output["advantages"] = advantages * weights
+            mode = "train" if self.model.training else "eval"
+            for name, value in stats.items():
+                self._metrics[mode][name].append(value)
 
         def _tokenize_prompts(self, prompts: list) -> Any:
             out = super()._tokenize_prompts(prompts)

@@ -441,6 +441,7 @@ def build_trainer(
         "processing_class": tokenizer,
         "callbacks": callbacks,
         "peft_config": peft_config(config),
+        "importance_ratio_cap": config.generation.importance_ratio_cap,
     }
     if config.stage == "recursive":
         from conductor_core.train.recursive import make_recursive_trainer_class

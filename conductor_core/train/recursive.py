@@ -23,12 +23,14 @@ round-1 format errors such as the keep plan keep their full advantage). Generati
 TRL's own backend (transformers or vLLM), round 2 with one sample per prompt and without routing
 exploration (coverage would write a worker id at every slot and so rule out the keep plan).
 
-With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep
-the answer and of rows that write a new plan: missing ones are filled in after generation with the
-keep plan, or with a plan the policy wrote for the same question in round 1 (their sampling
-log-probabilities are NaN on the vLLM path, so TRL applies no importance correction to them). With
-both decisions in every group, the group baseline always compares keeping with revising, and the
-policy cannot drift into always or never keeping, where GRPO would no longer see the other
+With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep the
+answer and of rows that write a new plan: missing ones are filled in after generation with the keep
+plan, or with a plan the policy wrote for the same question in round 1. Those rows were not sampled
+from the policy: their tokens are recorded as drawn with probability 1, so each token's advantage
+is weighted by the policy's probability of it, truncated (the correction of
+:mod:`~conductor_core.train.exploration`; on the vLLM path TRL's importance sampling applies it).
+With both decisions in every group, the group baseline always compares keeping with revising, and
+the policy cannot drift into always or never keeping, where GRPO would no longer see the other
 decision (on the tiny profile without the floor, the keep rate went to 0 or 1 within ten steps in
 every run measured).
 """
@@ -348,7 +350,7 @@ def make_recursive_trainer_class():
         def _fill(row: int, ids: list[int], completion_ids: list[Any], logprobs: list[Any] | None):
             completion_ids[row] = list(ids)
             if logprobs is not None:
-                logprobs[row] = [math.nan] * len(ids)
+                logprobs[row] = [0.0] * len(ids)  # inserted: log q = 0 at every token
 
         def _second_round_prompts(self, batch: _Batch, texts: list[str]) -> list[list[int]]:
             """Run the round-1 plans, cache their outcomes and build the round-2 prompts."""

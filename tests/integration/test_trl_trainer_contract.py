@@ -269,3 +269,55 @@ def test_no_warmup_starts_at_the_peak(make_trainer, tmp_path):
     trainer = make_trainer(config)
     trainer.create_optimizer_and_scheduler(num_training_steps=config.steps)
     assert trainer.lr_scheduler.get_last_lr()[0] == pytest.approx(config.learning_rate)
+
+
+# --------------------------------------------------------------------------------------------
+# The importance correction of tokens not sampled from the policy
+
+
+def test_a_token_not_sampled_from_the_policy_gets_its_truncated_importance_weight(
+    make_trainer, tmp_path
+):
+    """train/exploration.py through TRL's own batch path: the sampling log-probability recorded
+    for a token (here: row 1's first token, drawn with q = 0.5) becomes a per-token advantage
+    weight min(pi / q, cap), with pi what TRL's loss computes; every other token keeps its row's
+    advantage, and the loss takes the (rows, tokens) advantages."""
+    import math
+
+    import torch
+
+    from conductor_core.train.exploration import offered_trainer_class
+
+    class Recorded(offered_trainer_class()):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            # What the routing exploration leaves after its generate call.
+            self.offered_prompts.sampling_log = [{}, {0: math.log(0.5)}]
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP, scale_rewards="group")
+    trainer = make_trainer(config, cls=Recorded)
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(rows())
+    assert "sampling_per_token_logps" not in output  # folded into the advantages
+    advantages = output["advantages"]
+    assert advantages.shape == output["completion_ids"].shape
+    known = [s for s in SCORES[:GROUP] if s is not None]
+    row_advantage = (SCORES[1] - statistics.mean(known)) / (statistics.stdev(known) + 1e-4)
+    completion = output["completion_ids"]
+    with torch.no_grad():
+        log_pi, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model,
+            torch.cat([output["prompt_ids"], completion], dim=1),
+            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+            completion.size(1),
+        )
+    weight = min(math.exp(float(log_pi[1, 0]) - math.log(0.5)), trainer.importance_ratio_cap)
+    assert float(advantages[1, 0]) == pytest.approx(row_advantage * weight, rel=1e-3)
+    length = int(output["completion_mask"][1].sum())
+    assert torch.allclose(advantages[1, 1:length], torch.tensor(row_advantage), rtol=1e-3)
+    for row in (0, 2, 3):  # untouched rows: one advantage for every token
+        assert torch.allclose(advantages[row], advantages[row, :1].expand(completion.size(1)))
+    assert trainer._metrics["train"]["exploration/tokens"][-1] == 1.0
+    trainer.current_gradient_accumulation_steps = 1  # what training_step sets before the loss
+    loss = trainer._compute_loss(trainer.model, output)
+    assert torch.isfinite(loss)

@@ -1,10 +1,12 @@
 """Routing exploration (train/exploration.py): where the floor applies and how much it moves,
 that coverage routes each group's plans to distinct offered workers, that the offered workers come
-from the data (recorded per prompt, never read from the prompt's text), and that ``generate`` is
-left as it was."""
+from the data (recorded per prompt, never read from the prompt's text), that ``generate`` is
+left as it was, and that the sampling probability of every changed token is recorded and turned
+into truncated importance weights."""
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -12,8 +14,10 @@ import pytest
 
 from conductor_core.train.exploration import (
     OfferedPrompts,
+    importance_weights,
     routing_exploration,
     routing_processor,
+    sampling_log_probs,
     without_exploration,
 )
 from conductor_core.workflow.prompts import compact_prompt
@@ -237,3 +241,67 @@ def test_without_exploration_samples_the_policy_inside_exploration(tiny) -> None
     assert sum(t in offered for t in explored) >= 28
     assert sum(t in offered for t in paused) < 16  # the random tiny policy: anything
     assert "generate" not in vars(model)
+
+
+def test_the_floor_records_the_sampling_probability_of_the_token_drawn(tiny) -> None:
+    """What the loss's importance weights need: ``log q`` of the token actually sampled at a
+    floor slot, from the mixture the processor handed to sampling."""
+    tok, _ = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 2, 3], max_steps=3)
+    p_ids = tok.encode(prompt, add_special_tokens=False)
+    close = tok.encode("]", add_special_tokens=False)[0]
+    two = tok.encode("2", add_special_tokens=False)[0]
+    for drawn, q in ((two, 0.1), (close, 0.7)):
+        input_ids = torch.tensor([p_ids + tok.encode("model_id = [", add_special_tokens=False)])
+        scores = torch.full((1, len(tok)), -30.0)
+        scores[0, close] = 30.0
+        process = routing_processor(tok, [prompt], [[0, 2, 3]], len(p_ids), 0.3)
+        process(input_ids, scores)
+        position = input_ids.shape[1] - len(p_ids)
+        sequences = torch.cat([input_ids, torch.tensor([[drawn]])], dim=1)
+        (log,) = process.sampling_log(sequences)
+        assert list(log) == [position]
+        assert log[position] == pytest.approx(math.log(q), abs=1e-3)
+
+
+def test_coverage_records_a_uniform_first_choice_and_certain_later_ones(tiny) -> None:
+    """A covered plan's worker is a uniform draw over the ``n`` offered workers (probability
+    ``1 / n``) at its first id, and follows from it (probability 1) at later ones; plans the
+    coverage leaves to the policy record nothing."""
+    tok, _ = tiny
+    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
+    process = None
+    positions = []
+    for slot in ("model_id = [", "model_id = [1, "):
+        input_ids, width = _slot_batch(tok, [prompt] * 5, slot)
+        process = process or routing_processor(
+            tok, [prompt] * 5, [[0, 1, 2, 3]] * 5, width, 0.0, coverage=4
+        )
+        process(input_ids, torch.zeros((5, len(tok))))
+        positions.append(input_ids.shape[1] - width)
+    logs = process.sampling_log(input_ids)
+    for row in range(4):
+        assert logs[row] == {positions[0]: pytest.approx(-math.log(4)), positions[1]: 0.0}
+    assert logs[4] == {}
+
+
+def test_sampling_log_probs_are_nan_where_the_policy_sampled() -> None:
+    rows = sampling_log_probs([[5, 6, 7], [8]], [{1: -0.5, 9: -1.0}, {}])
+    assert math.isnan(rows[0][0]) and rows[0][1] == -0.5 and math.isnan(rows[0][2])
+    assert len(rows[0]) == 3 and len(rows[1]) == 1 and math.isnan(rows[1][0])
+    assert all(math.isnan(v) for row in sampling_log_probs([[1, 2]], None) for v in row)
+
+
+def test_importance_weights_are_truncated_ratios_at_changed_tokens_only() -> None:
+    log_pi = torch.log(torch.tensor([[0.5, 0.9, 0.2], [0.9, 0.9, 0.9]]))
+    nan = float("nan")
+    log_q = torch.log(torch.tensor([[0.25, nan, 0.1], [0.01, nan, nan]]))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    weights, stats = importance_weights(log_pi, log_q, mask, cap=3.0)
+    expected = torch.tensor([[2.0, 1.0, 2.0], [3.0, 1.0, 1.0]])  # 0.9 / 0.01 = 90, cut to 3
+    assert torch.allclose(weights, expected)
+    assert stats["exploration/tokens"] == 3.0
+    assert stats["exploration/ratio_min"] == pytest.approx(2.0)
+    assert stats["exploration/ratio_mean"] == pytest.approx(7 / 3)
+    untouched, none = importance_weights(log_pi, torch.full_like(log_q, nan), mask, cap=3.0)
+    assert torch.equal(untouched, torch.ones_like(log_pi)) and none == {}
