@@ -22,7 +22,7 @@ from components.gate import gate as data_gate
 from components.register import register, register_gpu
 from components.train import train, train_gpu, train_launcher
 from components.validate import validate
-from conductor_core.pipeline.params import CPU_PROFILE
+from conductor_core.pipeline_tasks.params import CPU_PROFILE
 from pipelines.kubernetes import (
     apply_pod_settings,
     apply_sandbox,

@@ -29,7 +29,7 @@ def check_params(
     `s3://` with S3 credentials, or a folder under the cluster settings' `shared_paths`) and stop
     the run with one line naming every bad one. `default_artifact_root`, `shared_paths` and
     `s3_secret` come from the cluster settings the pipeline was compiled with."""
-    from conductor_core.pipeline.params import check_training_params
+    from conductor_core.pipeline_tasks.params import check_training_params
 
     checked = check_training_params(
         profile=profile,

@@ -11,6 +11,6 @@ def resolve_model(conductor: str, tracking_uri: str = "") -> str:
     becomes the version it points at now (`models:/NAME/VERSION`); any other model URI, URL or
     `scripted` passes as it is. The pipeline runs this task uncached and hands the version on,
     so that the cached evaluation tasks after it never answer a moved alias from cache."""
-    from conductor_core.pipeline.eval_steps import resolve_conductor_step
+    from conductor_core.pipeline_tasks.eval_steps import resolve_conductor_step
 
     return resolve_conductor_step(conductor, tracking_uri=tracking_uri or None)

@@ -102,7 +102,7 @@ def launched_with(monkeypatch, tmp_path, cluster_settings):
     """Run ``train_step(launcher="trainjob")`` with the Kubernetes and S3 calls replaced;
     returns the (request, settings) it launched with."""
     import conductor_core.cluster.launcher as launcher
-    import conductor_core.pipeline.train_steps as steps
+    import conductor_core.pipeline_tasks.train_steps as steps
     import conductor_core.track.storage as storage
 
     seen = {}
@@ -191,7 +191,7 @@ def _params(**over):
 
 
 def test_the_paper_profile_on_the_simulated_pool_stops_at_the_parameter_check():
-    from conductor_core.pipeline.params import check_training_params
+    from conductor_core.pipeline_tasks.params import check_training_params
 
     with pytest.raises(ConfigError) as err:
         check_training_params(**_params(profile="paper"))
@@ -203,7 +203,7 @@ def test_the_paper_profile_on_the_simulated_pool_stops_at_the_parameter_check():
 
 
 def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_check():
-    from conductor_core.pipeline.params import check_profile_pool
+    from conductor_core.pipeline_tasks.params import check_profile_pool
     from conductor_core.train.config import bundled_pool
 
     assert check_profile_pool("paper", bundled_pool("paper")) == []
@@ -212,7 +212,7 @@ def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_ch
 
 
 def test_the_cpu_profile_is_the_one_whose_training_config_says_cpu():
-    from conductor_core.pipeline.params import CPU_PROFILE, PROFILES
+    from conductor_core.pipeline_tasks.params import CPU_PROFILE, PROFILES
     from conductor_core.train.config import STAGES, build_config
 
     for profile in PROFILES:
@@ -228,7 +228,7 @@ def test_remote_weights_are_downloaded_into_the_workspace_when_the_pod_has_one(
     monkeypatch, tmp_path
 ):
     import conductor_core.track.registry as registry
-    from conductor_core.pipeline.manifest import ModelManifest, local_weights
+    from conductor_core.pipeline_tasks.manifest import ModelManifest, local_weights
 
     seen = []
     monkeypatch.setattr(registry, "load_model_dir", lambda uri, dst: seen.append(dst) or dst)

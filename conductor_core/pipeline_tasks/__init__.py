@@ -1,4 +1,4 @@
-"""The Kubeflow pipelines' steps as library calls (no KFP here): what each component runs.
+"""The Kubeflow pipelines' tasks as library calls (no KFP here): what each component runs.
 
 :mod:`.data_steps`, :mod:`.train_steps`, :mod:`.eval_steps` and :mod:`.register_step` hold one
 function per component, :mod:`.context` what they share, :mod:`.manifest` the model manifest passed

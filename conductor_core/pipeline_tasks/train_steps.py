@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError
-from conductor_core.pipeline.context import (
+from conductor_core.pipeline_tasks.context import (
     TRAINING_PIPELINE,
     Log,
     local_workdir,
@@ -15,7 +15,7 @@ from conductor_core.pipeline.context import (
     print_line,
     run_folder,
 )
-from conductor_core.pipeline.manifest import ModelManifest, local_weights, read_manifest
+from conductor_core.pipeline_tasks.manifest import ModelManifest, local_weights, read_manifest
 from conductor_core.track.storage import is_s3, join
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConductorError, ConfigError
-from conductor_core.pipeline.context import TRAINING_PIPELINE, Log, log_stage, print_line
+from conductor_core.pipeline_tasks.context import TRAINING_PIPELINE, Log, log_stage, print_line
 
 
 def curate_step(

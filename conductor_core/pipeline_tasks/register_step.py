@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConductorError
-from conductor_core.pipeline.context import TRAINING_PIPELINE, Log, log_stage, print_line
-from conductor_core.pipeline.manifest import local_weights, read_manifest
+from conductor_core.pipeline_tasks.context import TRAINING_PIPELINE, Log, log_stage, print_line
+from conductor_core.pipeline_tasks.manifest import local_weights, read_manifest
 
 
 def register_step(

@@ -108,7 +108,7 @@ def check_artifact_root(
         S3_CREDENTIAL_ENVS,
         shared_path_of,
     )
-    from conductor_core.pipeline.context import DEFAULT_ARTIFACT_ROOT
+    from conductor_core.pipeline_tasks.context import DEFAULT_ARTIFACT_ROOT
     from conductor_core.track.storage import is_s3, split_s3
 
     env = os.environ if environ is None else environ
@@ -166,7 +166,7 @@ def check_profile_pool(profile: str, pool: str) -> list[str]:
     is scheduled, instead of in the first training task."""
     if profile not in PROFILES:
         return []
-    from conductor_core.pipeline.context import pool_path
+    from conductor_core.pipeline_tasks.context import pool_path
     from conductor_core.train.config import STAGES, build_config
 
     for stage in STAGES:
@@ -186,7 +186,7 @@ def check_profile_pool(profile: str, pool: str) -> list[str]:
 def _check_pool_and_baselines(pool: str, baselines: str) -> list[str]:
     from conductor_core.errors import ConductorError
     from conductor_core.evaluate.specs import build_baselines
-    from conductor_core.pipeline.context import pool_path
+    from conductor_core.pipeline_tasks.context import pool_path
     from conductor_core.workers.config import load_pool
 
     try:

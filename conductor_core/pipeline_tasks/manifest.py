@@ -68,7 +68,7 @@ def local_weights(manifest: ModelManifest, cache_dir: str | Path | None = None) 
     import os
     import tempfile
 
-    from conductor_core.pipeline.context import WORKDIR_ENV, local_workdir
+    from conductor_core.pipeline_tasks.context import WORKDIR_ENV, local_workdir
     from conductor_core.track.registry import load_model_dir
 
     remote = not Path(manifest.weights_uri).is_dir()

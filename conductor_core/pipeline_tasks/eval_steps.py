@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError
-from conductor_core.pipeline.context import (
+from conductor_core.pipeline_tasks.context import (
     TRAINING_PIPELINE,
     Log,
     parent_run,
     pool_path,
     print_line,
 )
-from conductor_core.pipeline.manifest import local_weights, read_manifest
+from conductor_core.pipeline_tasks.manifest import local_weights, read_manifest
 
 CONDUCTOR_METHOD = "conductor"
 """The trained Conductor's method name in records, reports and MLflow."""
