@@ -277,8 +277,8 @@ class GenerationSpec(_Strict):
         ge=0,
         description="Routing coverage: the first this many plans of each question's group route "
         "to different offered workers (in random order, at every worker slot), so every group "
-        "compares workers on the same question and the push towards the worker best on average "
-        "cancels (train/exploration.py); the loss weights the routed ids by their truncated "
+        "evaluates every worker on its question (train/exploration.py); the loss weights the "
+        "routed ids by their truncated "
         "importance ratio (importance_ratio_cap), so what is optimised stays the policy's "
         "expected reward. Up to plans_per_question; those plans are exploration, "
         "so training-batch routing metrics show them too. In the recursive stage it covers "

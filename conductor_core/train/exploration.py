@@ -11,13 +11,9 @@ probability for its own domain too, and once it is never sampled GRPO cannot bri
 It is applied by wrapping the model's ``generate`` (the call TRL makes with its transformers
 backend) with one logits processor; vLLM sampling does not go through it.
 
-The floor alone does not separate question types when one worker is best on most of them: the
-policy sends everything to that worker, and the few floor samples of the others carry too little
-contrast to split off the rest. Routing *coverage* gives every group that contrast: the first
-``coverage`` plans of each group (the rows that share one prompt) each route to a different
-offered worker, drawn in random order, at every worker slot. Within a group GRPO's advantages sum
-to zero, so the part of the gradient that moves all questions towards the worker best on average
-cancels, and what is left ranks the workers for that question.
+Routing *coverage* evaluates every worker on every question: the first ``coverage`` plans of
+each group (the rows that share one prompt) each route to a different offered worker, drawn in
+random order, at every worker slot (a stratified sample of the routing choice).
 
 The sampled plans then come from a distribution ``q`` other than the policy ``pi`` being trained,
 so the loss is corrected where they differ (truncated importance sampling, as TRL does for vLLM's
