@@ -468,7 +468,7 @@ def evaluate_recursion(
                 format_error=second.plan_error is not None,
                 kept=second.kept_previous,
                 correct=record.correct,
-                reward=0.0 if second.plan_error is not None else record.reward,
+                reward=record.reward,  # the final answer, as deployment grades it
             )
         )
         plan = previous_plan_text(

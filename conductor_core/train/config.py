@@ -505,17 +505,7 @@ class RecursiveSpec(_Strict):
         description="Which round-1 plans a round-2 group continues. `per_plan` (the paper): row i "
         "of the round-2 group continues row i of its round-1 group, so every forced pair brings "
         "one recursion context per plan. `shared`: the whole round-2 group continues one round-1 "
-        "plan, so its baseline compares keeping with revising the same answer (the tiny profile).",
-    )
-    min_decision_share: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=0.5,
-        description="Each round-2 group gets at least this share of rows that keep the answer and "
-        "of rows that write a new plan; missing ones are filled in (the keep plan, or a plan the "
-        "policy wrote for the same question in round 1). 0 (paper) leaves the policy's samples "
-        "alone. A small policy otherwise drifts to always or never keeping, where GRPO no longer "
-        "sees the other decision and cannot learn when to keep.",
+        "plan, so its samples share one context (the tiny profile).",
     )
     balance_sources: bool = Field(
         default=False,

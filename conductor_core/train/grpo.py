@@ -456,7 +456,6 @@ def build_trainer(
             first_round_discount=config.recursive.first_round_discount,
             discount_format_errors=config.recursive.discount_format_errors,
             round2_contexts=config.recursive.round2_contexts,
-            min_decision_share=config.recursive.min_decision_share,
             balance_sources=config.recursive.balance_sources,
         )
     return offered_trainer_class()(**kwargs)

@@ -12,33 +12,26 @@ single-round groups. Which round-1 plan a round-2 row continues is ``round2_cont
 * ``per_plan`` (the paper): row ``i`` of the round-2 group continues row ``i`` of the round-1
   group, so each forced pair brings ``G`` distinct recursion contexts;
 * ``shared``: the whole round-2 group continues one round-1 plan (drawn at random, or balanced
-  between right and wrong answers with ``balance_sources``), so its baseline compares keeping with
-  revising the same answer (what a tiny policy needs: docs/training.md).
+  between right and wrong answers with ``balance_sources``), so the group's samples share one
+  context.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
-second round (both through :func:`~conductor_core.solve.solve`). Each group holds one round only,
-so group-normalised advantages are normalised per round; the advantages of forced round-1 rows are
-then multiplied by ``first_round_discount`` (the paper: 0.25; with ``discount_format_errors`` off,
-round-1 format errors such as the keep plan keep their full advantage). Generation goes through
-TRL's own backend (transformers or vLLM), round 2 with one sample per prompt and without routing
-exploration (coverage would write a worker id at every slot and so rule out the keep plan).
-
-With ``min_decision_share > 0`` each round-2 group holds at least that share of rows that keep the
-answer and of rows that write a new plan: missing ones are filled in after generation with the keep
-plan, or with a plan the policy wrote for the same question in round 1. Those rows were not sampled
-from the policy: their tokens are recorded as drawn with probability 1, so each token's advantage
-is weighted by the policy's probability of it, truncated (the correction of
-:mod:`~conductor_core.train.exploration`; on the vLLM path TRL's importance sampling applies it).
-With both decisions in every group, the group baseline always compares keeping with revising, and
-the policy cannot drift into always or never keeping, where GRPO would no longer see the other
-decision (on the tiny profile without the floor, the keep rate went to 0 or 1 within ten steps in
-every run measured).
+second round (both through :func:`~conductor_core.solve.solve`; a round-2 plan that does not parse
+keeps the answer, as in deployment, and scores it). Round-1 groups get GRPO's group-normalised
+advantages, those of forced round-1 rows multiplied by ``first_round_discount`` (the paper: 0.25;
+with ``discount_format_errors`` off, round-1 format errors such as the keep plan keep their full
+advantage). A round-2 row's advantage is measured against what keeping is worth, known exactly: its
+final reward minus the reward of the round-1 answer it continues. That baseline depends on the
+context only, so the gradient stays the policy gradient of the final reward; keeping (or a plan
+that does not parse) has advantage 0, a new plan gains what it adds to the kept answer and loses
+what it takes away. Generation goes through TRL's own backend (transformers or vLLM), round 2 with
+one sample per prompt and without routing exploration (coverage would write a worker id at every
+slot and so rule out the keep plan).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from random import Random
@@ -48,8 +41,7 @@ from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.train.exploration import offered_trainer_class, without_exploration
-from conductor_core.train.reward import ConductorReward, RoundState
-from conductor_core.train.warmup import KEEP_PLAN, completion_token_ids
+from conductor_core.train.reward import ConductorReward, RoundState, cost_adjusted
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 from conductor_core.workflow.prompts import plan_messages
@@ -69,10 +61,6 @@ class _Batch:
     second_rows: list[int] = field(default_factory=list)
     sources: list[int] = field(default_factory=list)
     """``sources[k]``: the round-1 row that round-2 row ``second_rows[k]`` continues."""
-    filled: int = 0
-    """Round-2 rows whose decision was filled in by the decision floor."""
-    sampled_keeps: dict[int, bool] = field(default_factory=dict)
-    """Round-2 row -> whether the policy itself wrote the keep plan (before the floor)."""
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
@@ -116,21 +104,6 @@ def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
 def answered_rows(rows: list[int], outcomes: Sequence[Outcome]) -> list[int]:
     """The ``rows`` whose plan was not a format error (rows with no outcome are kept)."""
     return [r for r in rows if r >= len(outcomes) or not outcomes[r].format_error]
-
-
-def decision_floor(keeps: list[bool], minimum: int, rng: Random) -> tuple[list[int], list[int]]:
-    """Rows of one round-2 group to turn into keeps, and rows to turn into new plans.
-
-    ``keeps[i]`` says whether row ``i`` kept the answer. Each decision ends with at least
-    ``minimum`` rows (at most half the group); the rows changed are drawn at random from the other
-    decision.
-    """
-    minimum = min(minimum, len(keeps) // 2)
-    kept = [i for i, k in enumerate(keeps) if k]
-    other = [i for i, k in enumerate(keeps) if not k]
-    to_keep = rng.sample(other, max(0, minimum - len(kept)))
-    to_new = rng.sample(kept, max(0, minimum - len(other)))
-    return sorted(to_keep), sorted(to_new)
 
 
 def balanced_sources(correct: list[list[bool]], rng: Random) -> list[int]:
@@ -185,7 +158,6 @@ def make_recursive_trainer_class():
             first_round_discount: float = 0.25,
             discount_format_errors: bool = True,
             round2_contexts: str = "per_plan",
-            min_decision_share: float = 0.0,
             balance_sources: bool = False,
             **kwargs: Any,
         ) -> None:
@@ -198,7 +170,6 @@ def make_recursive_trainer_class():
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
             self.discount_format_errors = discount_format_errors
-            self.min_decision_share = min_decision_share
             self.balance_sources = balance_sources
             self._batch: _Batch | None = None
             self.round_stats: dict[str, float] = {}
@@ -224,8 +195,22 @@ def make_recursive_trainer_class():
             if not self.discount_format_errors:
                 rows = answered_rows(rows, self.conductor_reward.last_outcomes)
             discount_rows(output["advantages"], rows, self.first_round_discount)
+            self._measure_against_keeping(output["advantages"], batch)
             self._log_rounds(batch, mode)
             return output
+
+        def _measure_against_keeping(self, advantages: Any, batch: _Batch) -> None:
+            """Round-2 advantages against the exact value of keeping: the final reward minus the
+            reward of the round-1 answer the row continues (see the module docstring)."""
+            outcomes = self.conductor_reward.last_outcomes
+            reward = self.conductor_reward
+            for row, source in zip(batch.second_rows, batch.sources, strict=True):
+                if row >= advantages.shape[0] or row >= len(outcomes):
+                    continue  # another process holds it
+                first = self.rounds.cached.get(source)
+                final = cost_adjusted(outcomes[row], reward.cost_weight, reward.executions)
+                kept = None if first is None else first.reward
+                advantages[row] = 0.0 if final is None or kept is None else final - kept
 
         def _log_rounds(self, batch: _Batch, mode: str) -> None:
             """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
@@ -235,16 +220,11 @@ def make_recursive_trainer_class():
             seconds = [outcomes[r] for r in batch.second_rows]
             firsts = [outcomes[r] for r in batch.sources]
             got = recursion_metrics(firsts, seconds)
-            decided = zip(batch.second_rows, seconds, strict=True)
-            sampled = sampled_keep_metrics(
-                firsts, [batch.sampled_keeps.get(r, o.kept) for r, o in decided]
-            )
             parsed = [o for o in seconds if o.plan_ok]
             forced = [outcomes[r] for r in batch.first_rows]
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
                 "recursion/contexts": float(len(set(batch.sources))),
-                "recursion/filled_share": batch.filled / len(batch.second_rows),
                 # Round-1 format errors, the keep plan among them: what round 2 learns leaking
                 # into round 1 shows here first.
                 "recursion/first_format_error_rate": sum(o.format_error for o in forced)
@@ -258,11 +238,13 @@ def make_recursive_trainer_class():
                         "keep_when_right",
                         "keep_when_wrong",
                         "keep_discrimination",
+                        "answer_kept_when_right",
+                        "revise_when_wrong",
+                        "new_plan_discrimination",
                         "first_reward",
                         "final_reward",
                     )
                 },
-                **{f"recursion/{key}": value for key, value in sampled.items()},
             }
             self.round_stats = stats
             for name, value in stats.items():
@@ -298,59 +280,7 @@ def make_recursive_trainer_class():
                 completion_ids[r] = comp2[k]
                 if logprobs is not None:
                     logprobs[r] = lp2[k] if lp2 is not None else []
-            if self.min_decision_share > 0:
-                self._apply_decision_floor(batch, completion_ids, logprobs)
             return completion_ids, logprobs
-
-        def _apply_decision_floor(
-            self, batch: _Batch, completion_ids: list[Any], logprobs: list[Any] | None
-        ) -> None:
-            """Fill in round-2 decisions so that each group holds both (see the module doc)."""
-            g = batch.group
-            tokenizer = self.processing_class
-            keep_ids = completion_token_ids(tokenizer, KEEP_PLAN)
-            minimum = math.ceil(self.min_decision_share * g - 1e-9)
-            rng = Random(f"{self.args.seed}:{self.state.global_step}:floor")
-            rows = batch.first_rows + batch.second_rows
-            texts = dict(
-                zip(
-                    rows,
-                    tokenizer.batch_decode(
-                        [completion_ids[r] for r in rows], skip_special_tokens=True
-                    ),
-                    strict=True,
-                )
-            )
-
-            def keeps(r: int) -> bool:
-                return is_keep_text(texts[r], self.options.max_steps, self.options.access_mode)
-
-            batch.sampled_keeps = {r: keeps(r) for r in batch.second_rows}
-            for j in range(batch.pairs):
-                seconds = batch.second_rows[j * g : (j + 1) * g]
-                to_keep, to_new = decision_floor(
-                    [batch.sampled_keeps[r] for r in seconds], minimum, rng
-                )
-                source = batch.sources[j * g]
-                donors = [r for r in batch.first_rows[j * g : (j + 1) * g] if r != source]
-                donors = [r for r in donors if not keeps(r)] or [source]
-                rng.shuffle(donors)
-                for n, i in enumerate(to_new):
-                    self._fill(
-                        seconds[i],
-                        completion_ids[donors[n % len(donors)]],
-                        completion_ids,
-                        logprobs,
-                    )
-                for i in to_keep:
-                    self._fill(seconds[i], keep_ids, completion_ids, logprobs)
-                batch.filled += len(to_keep) + len(to_new)
-
-        @staticmethod
-        def _fill(row: int, ids: list[int], completion_ids: list[Any], logprobs: list[Any] | None):
-            completion_ids[row] = list(ids)
-            if logprobs is not None:
-                logprobs[row] = [0.0] * len(ids)  # inserted: log q = 0 at every token
 
         def _second_round_prompts(self, batch: _Batch, texts: list[str]) -> list[list[int]]:
             """Run the round-1 plans, cache their outcomes and build the round-2 prompts."""
@@ -439,6 +369,9 @@ def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> 
 
     ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
     that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
+    As deployment decides (a round-2 plan that does not parse keeps the answer as well):
+    ``answer_kept_when_right`` is P(no new plan | right) and ``new_plan_discrimination``
+    P(new plan | wrong) - P(new plan | right).
     """
     right, wrong = by_first_answer(firsts, list(zip(firsts, seconds, strict=True)))
     scored1 = [a.reward for a in firsts if a.reward is not None]
@@ -453,26 +386,13 @@ def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> 
         "keep_when_right": keep_right,
         "keep_when_wrong": keep_wrong,
         "revise_when_wrong": share(wrong, False),
+        # As deployment decides: a round-2 plan that does not parse keeps the answer too.
+        "answer_kept_when_right": 1.0 - share(right, False) if right else 0.0,
+        "new_plan_discrimination": share(wrong, False) - share(right, False),
         "keep_discrimination": keep_right - keep_wrong,
         "first_reward": sum(scored1) / len(scored1) if scored1 else 0.0,
         "final_reward": sum(scored2) / len(scored2) if scored2 else 0.0,
         "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),
         "right_first": float(len(right)),
         "wrong_first": float(len(wrong)),
-    }
-
-
-def sampled_keep_metrics(firsts: Sequence[Outcome], keeps: Sequence[bool]) -> dict[str, float]:
-    """The policy's own keep decisions (``keeps``, as sampled, before the decision floor fills any
-    in) by the correctness of the round-1 answers they follow (``firsts``, same order):
-    ``sampled_keep_rate`` and ``sampled_keep_discrimination`` (P(keep | right) - P(keep | wrong)).
-    With the floor on, the batch's own keep rates show the floor; these show the policy."""
-    right, wrong = by_first_answer(firsts, keeps)
-
-    def rate(values: Sequence[bool]) -> float:
-        return sum(values) / len(values) if values else 0.0
-
-    return {
-        "sampled_keep_rate": rate(list(keeps)),
-        "sampled_keep_discrimination": rate(right) - rate(wrong),
     }

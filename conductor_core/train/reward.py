@@ -62,7 +62,9 @@ async def score_plan(
     and grade it. ``options`` gives the plan format (step limit, access mode) and the budget.
 
     In a recursion round (``previous`` given) the plan continues that round: three empty lists
-    keep the previous answer, which is then graded; steps with ``"all"`` access see it.
+    keep the previous answer, which is then graded; steps with ``"all"`` access see it. A plan
+    that does not parse there also keeps it (as in deployment): the outcome is a format error
+    whose reward is the kept answer's.
     """
     options = replace(
         options or SolveOptions(),
@@ -80,7 +82,13 @@ async def score_plan(
             sample_index=sample_index * executions + e,
             previous=previous,
         )
-        outcomes.append(await grade(problem, trace))
+        outcome = await grade(problem, trace)
+        if previous is not None and outcome.format_error and not outcome.infra_error:
+            # A recursion round whose plan does not parse keeps the previous answer, as solve()
+            # does in deployment: that answer's grade, the round still counted a format error.
+            kept = await grade(problem, trace.model_copy(update={"format_error": False}))
+            outcome = outcome.model_copy(update={"reward": kept.reward, "correct": kept.correct})
+        outcomes.append(outcome)
         if outcomes[-1].format_error or outcomes[-1].kept:
             break  # nothing runs, so another execution would give the same
     return combine(outcomes)

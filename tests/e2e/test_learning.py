@@ -1,7 +1,8 @@
 """Learning, shown: a tiny Conductor trained for minutes on CPU learns to route each domain of the
 simulated pool to its best worker (held-out questions), then to use only the workers it is
-offered (adaptive stage), and to keep right answers more often than wrong ones in a second round
-(recursive stage). The base stage on pools drawn at random: bench/bench_learning_pools.py.
+offered (adaptive stage), and to revise wrong answers rather than right ones in a second round
+(recursive stage, from the adaptive model). The base stage on pools drawn at random:
+bench/bench_learning_pools.py.
 
 One seed each. Floating-point results differ between CPUs, so a trajectory is not reproducible
 across machines: every bound below sits well inside the spread measured over seeds, bases and
@@ -47,12 +48,25 @@ def test_grpo_raises_reward_and_best_worker_routing(base):
     assert trained["format_error_rate"] <= 0.1
 
 
+@pytest.fixture(scope="module")
+def adaptive(base, tmp_path_factory):
+    """The adaptive stage from the base model (what the pipeline and the paper do next)."""
+    from bench.learning import stage_experiment
+
+    out, _ = base
+    folder = tmp_path_factory.mktemp("learning") / "adaptive"
+    result = stage_experiment("adaptive", folder, out / "model", steps=ADAPTIVE_STEPS, seed=0)
+    print("\nadaptive before/after:", result["before"], result["after"], sep="\n")
+    return folder, result
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="issue 25 §1-2: with offered workers under their pool ids the tiny recipe does not yet "
-    "learn to name only offered workers (docs/training.md, 'Offered workers keep their pool ids')",
+    "learn to name only offered workers (docs/notes/training.md, 'Offered workers keep their "
+    "pool ids')",
 )
-def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
+def test_adaptive_stage_uses_only_offered_workers(adaptive):
     """The claim the adaptive stage must meet, kept as a strict expected failure until it does.
 
     Measured with pool ids (seed 0, three runs of this file): sampled out-of-subset plans
@@ -60,42 +74,41 @@ def test_adaptive_stage_uses_only_offered_workers(base, tmp_path):
     stage on subsets too, since dropped), greedy 16.7% after; every run far from the bounds.
     With the old renumbering (ids 0..k-1, a different worker from question to question) it passed
     with 0-0.8%: "stay below k" was all it could learn."""
-    from bench.learning import stage_experiment
-
-    out, _ = base
-    result = stage_experiment(
-        "adaptive", tmp_path / "adaptive", out / "model", steps=ADAPTIVE_STEPS, seed=0
-    )
-    print("\nadaptive before/after:", result["before"], result["after"], sep="\n")
+    _, result = adaptive
     assert result["after_greedy"]["out_of_subset_rate"] == 0.0
     assert result["after"]["out_of_subset_rate"] <= 0.05
     assert result["after"]["out_of_subset_rate"] < result["before"]["out_of_subset_rate"]
     assert result["after"]["reward_mean"] >= result["before"]["reward_mean"] - 0.15
 
 
-def test_recursive_stage_keeps_right_answers_more_often_than_wrong_ones(base, tmp_path):
-    """Measured, teacher-forced keep discrimination after the stage (chance 0; before it
-    0.0000035): 0.079-0.399 over four seeds and three bases, but 0.019 and 0.021 from a base
-    trained on another machine, where the stage learned to keep nearly every answer (issue 25
-    rebuilds the stage's objective). Round-2 format errors 55-91% -> 0-1.7%. The bound asserts the
-    sign of the effect with room below every measured run, not its size."""
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25 §3: with round-2 advantages measured against keeping and round-2 format "
+    "errors scored as deployment keeps them, the tiny model stops writing new round-2 plans "
+    "(docs/notes/training.md, 'The recursive stage against the value of keeping')",
+)
+def test_recursive_stage_revises_wrong_answers_and_keeps_right_ones(adaptive, tmp_path):
+    """The recursive stage's claim (issue 25 §3), from the adaptive model, decided as deployment
+    decides (a round-2 plan that does not parse keeps the answer): after a right round-1 answer
+    the answer is kept at least 85% of the time, after a wrong one a new plan is written at least
+    half the time, and revising more after wrong answers than after right ones.
+
+    Measured (seed 0, from the learning test's base model, 40 steps): round-2 plans unparsable
+    82% before and 100% after, so no new plan at all after the stage (answers always kept)."""
     from bench.learning import stage_experiment
 
-    out, _ = base
+    folder, _ = adaptive
     result = stage_experiment(
         "recursive",
         tmp_path / "recursive",
-        out / "model",
+        folder / "model",
         steps=RECURSIVE_STEPS,
         seed=0,
         held_out=None,  # all 120 held-out questions, 2 plans each
     )
     before, after = result["before"], result["after"]
     print("\nrecursive before/after:", before, after, sep="\n")
-    # Base GRPO trained round 1 only; the recursive stage restores the round-2 format.
-    assert after["round2_format_error_rate"] <= 0.15
-    assert after["round2_format_error_rate"] < before["round2_format_error_rate"]
-    # Chance is 0 (keeping at random, whatever the rate). Probabilities are teacher-forced, so
-    # the held-out contexts decide them, not sampling noise.
-    assert after["keep_prob_discrimination"] >= before["keep_prob_discrimination"] + 0.01
     assert after["wrong_first"] >= 10  # enough wrong first answers to measure on
+    assert after["answer_kept_when_right"] >= 0.85
+    assert after["revise_when_wrong"] >= 0.5
+    assert after["new_plan_discrimination"] >= before["new_plan_discrimination"] + 0.1

@@ -140,7 +140,7 @@ def test_tiny_recursive_profile_values():
     assert (c.questions_per_step, c.plans_per_question, c.steps) == (64, 2, 40)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
     assert c.loss_type == "grpo" and c.num_iterations == 1
-    assert (c.recursive.forced_fraction, c.recursive.min_decision_share) == (1.0, 0.5)
+    assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_contexts == "shared"
     assert c.recursive.balance_sources is True and c.warmup.enabled is False
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)

@@ -1,6 +1,6 @@
-"""The recursive GRPO stage's arithmetic without training: forced pairs, the decision floor,
-balanced sources, keep plans, the paper profile's batch composition and discount, and the
-``init_from`` check (the stages trained on a tiny CPU model:
+"""The recursive GRPO stage's arithmetic without training: forced pairs, round-2 advantages
+measured against keeping, balanced sources, keep plans, the paper profile's batch composition
+and discount, and the ``init_from`` check (the stages trained on a tiny CPU model:
 tests/integration/test_train_grpo.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from conductor_core.train.config import build_config
 from conductor_core.train.recursive import (
     answered_rows,
     balanced_sources,
-    decision_floor,
     discount_rows,
     forced_pairs,
     is_keep_text,
@@ -28,27 +27,38 @@ def test_forced_pairs():
     assert forced_pairs(1, 1.0) == 0
 
 
-@pytest.mark.parametrize(
-    ("keeps", "minimum", "n_keep", "n_new"),
-    [
-        ([False] * 4, 2, 2, 0),
-        ([True] * 4, 2, 0, 2),
-        ([True, False, False, False], 2, 1, 0),
-        ([True, False, True, False], 2, 0, 0),
-        ([True] * 8, 1, 0, 1),
-        ([False] * 3, 2, 1, 0),  # at most half of the group is turned
-        ([True, False], 0, 0, 0),
-    ],
-)
-def test_decision_floor_turns_just_enough_rows_of_the_other_decision(keeps, minimum, n_keep, n_new):
-    from random import Random
+def test_round_2_advantages_are_measured_against_keeping_the_answer():
+    """A round-2 row's advantage is its final reward minus the reward of the round-1 answer it
+    continues (known exactly); round-1 rows and rows another process holds are left alone, and
+    a spoiled reward gives 0."""
+    from types import SimpleNamespace
 
-    to_keep, to_new = decision_floor(keeps, minimum, Random(0))
-    assert len(to_keep) == n_keep and len(to_new) == n_new
-    assert all(not keeps[i] for i in to_keep) and all(keeps[i] for i in to_new)
-    after = [(k or i in to_keep) and i not in to_new for i, k in enumerate(keeps)]
-    half = min(minimum, len(keeps) // 2)
-    assert sum(after) >= half and len(after) - sum(after) >= half
+    import torch
+
+    from conductor_core.outcome import Outcome
+    from conductor_core.train.recursive import _Batch, make_recursive_trainer_class
+    from conductor_core.train.reward import RoundState
+
+    def scored(reward):
+        return Outcome(reward=reward, domain="math", correct=reward == 1.0)
+
+    # Rows 0-1: round 1 (right, wrong); rows 2-5: round 2 continuing row 0, 0, 1, 1.
+    outcomes = [scored(1.0), scored(0.5), scored(1.0), scored(0.5), scored(1.0), scored(None)]
+    trainer = SimpleNamespace(
+        conductor_reward=SimpleNamespace(last_outcomes=outcomes, cost_weight=0.0, executions=1),
+        rounds=RoundState(cached={0: outcomes[0], 1: outcomes[1]}),
+    )
+    batch = _Batch(inputs=[], group=2, pairs=1, first_rows=[0, 1], second_rows=[2, 3, 4, 5])
+    batch.sources = [0, 0, 1, 1]
+    advantages = torch.full((6, 3), 9.0)  # per-token advantages, as the correction leaves them
+    measure = make_recursive_trainer_class()._measure_against_keeping
+    measure(trainer, advantages, batch)
+    assert advantages[:2].eq(9.0).all()  # round 1: GRPO's own
+    assert advantages[2:, 0].tolist() == [0.0, -0.5, 0.5, 0.0]
+    assert advantages[2:].eq(advantages[2:, :1]).all()  # one value for every token of a row
+    short = torch.zeros(3)  # another process holds rows 3-5
+    measure(trainer, short, batch)
+    assert short.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_balanced_sources_continues_right_and_wrong_answers_equally_often():

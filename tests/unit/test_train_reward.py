@@ -12,7 +12,7 @@ from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
-from conductor_core.train.recursive import recursion_metrics, sampled_keep_metrics
+from conductor_core.train.recursive import recursion_metrics
 from conductor_core.train.reward import (
     ConductorReward,
     RoundState,
@@ -119,6 +119,20 @@ def test_recursion_round_keep_grades_the_previous_answer():
     assert run(make_reward(), [keep], [p.id]) == [0.0]
 
 
+def test_an_unparsable_recursion_round_keeps_the_answer_as_deployment_does():
+    """solve() keeps the previous answer when a later round's plan does not parse; training
+    scores that round the same way (the kept answer's grade), still counted a format error."""
+    p = MATH[0]
+    right = PreviousRound(plan=plan(0), answer=f"\\boxed{{{p.reference}}}")
+    wrong = PreviousRound(plan=plan(0), answer="\\boxed{-1}")
+    r = make_reward(rounds=RoundState(previous={0: right, 1: wrong}))
+    assert run(r, ["garbage", "garbage"], [p.id, p.id]) == [1.0, 0.5]
+    assert all(o.format_error and not o.kept for o in r.last_outcomes)
+    assert [o.correct for o in r.last_outcomes] == [True, False]
+    # In round 1 there is nothing to keep: still 0.
+    assert run(make_reward(), ["garbage"], [p.id]) == [0.0]
+
+
 def test_round_state_cached_and_excluded_rows():
     cached = Outcome(reward=1.0, domain="math", workers=[0], plan_len=1)
     state = RoundState(cached={0: cached}, excluded={1})
@@ -208,18 +222,20 @@ def test_recursion_metrics_measure_keeping_right_answers_above_chance():
     assert got["round2_format_error_rate"] == 0.5
 
 
-def test_sampled_keep_metrics_read_the_policys_decisions_not_the_filled_batch():
+def test_recursion_metrics_decide_as_deployment_does():
+    """A round-2 plan that does not parse keeps the answer in deployment: it counts as kept in
+    ``answer_kept_when_right`` and as no new plan in ``new_plan_discrimination``."""
     right = Outcome(reward=1.0, domain="math", correct=True)
     wrong = Outcome(reward=0.5, domain="math", correct=False)
-    broken = Outcome(reward=0.0, domain="math", format_error=True)
-    # The policy kept both right answers and one of two wrong ones; a broken round 1 counts in
-    # the keep rate but in neither class.
-    got = sampled_keep_metrics(
-        [right, right, wrong, wrong, broken], [True, True, True, False, False]
-    )
-    assert got["sampled_keep_rate"] == pytest.approx(0.6)
-    assert got["sampled_keep_discrimination"] == pytest.approx(0.5)
-    assert sampled_keep_metrics([], [])["sampled_keep_discrimination"] == 0.0
+    broken = Outcome(reward=1.0, domain="math", format_error=True)
+    new_plan = Outcome(reward=1.0, domain="math", correct=True)
+    kept = Outcome(reward=0.5, domain="math", kept=True)
+    got = recursion_metrics([right, right, wrong, wrong], [broken, new_plan, new_plan, kept])
+    assert got["answer_kept_when_right"] == pytest.approx(0.5)
+    assert got["revise_when_wrong"] == pytest.approx(0.5)
+    assert got["new_plan_discrimination"] == pytest.approx(0.0)
+    ideal = recursion_metrics([right, wrong], [broken, new_plan])
+    assert ideal["answer_kept_when_right"] == 1.0 and ideal["new_plan_discrimination"] == 1.0
 
 
 def test_the_reward_runs_each_completion_through_solve(monkeypatch):
