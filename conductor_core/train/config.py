@@ -290,8 +290,8 @@ class GenerationSpec(_Strict):
         default=3.0,
         gt=0.0,
         description="Truncation of the importance ratios that correct the loss for tokens not "
-        "sampled from the policy (the routing floor's and coverage's choices, the recursive "
-        "stage's filled-in decisions): each such token's advantage is weighted by "
+        "sampled from the policy (the routing floor's and coverage's choices): each such "
+        "token's advantage is weighted by "
         "min(pi / q, this) (train/exploration.py). 3.0 is TRL's cap for vLLM sampling; lower "
         "trades bias for variance. `backend: transformers` (on vLLM TRL's own cap applies).",
     )
