@@ -63,9 +63,9 @@ def adaptive(base, tmp_path_factory):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 25 §1-2: with offered workers under their pool ids the tiny recipe does not yet "
-    "learn to name only offered workers (docs/notes/training.md, 'Offered workers keep their "
-    "pool ids')",
+    reason="issue 25 §1-2: with offered workers under their pool ids and the corrected floor the "
+    "tiny recipe does not yet learn to name only offered workers (docs/notes/training.md, 'The "
+    "honest gradient, measured')",
 )
 def test_adaptive_stage_uses_only_offered_workers(adaptive):
     """The claim the adaptive stage must meet, kept as a strict expected failure until it does.
@@ -87,8 +87,8 @@ def test_adaptive_stage_uses_only_offered_workers(adaptive):
 @pytest.mark.xfail(
     strict=True,
     reason="issue 25 §3: with round-2 advantages measured against keeping and round-2 format "
-    "errors scored as deployment keeps them, the tiny model stops writing new round-2 plans "
-    "(docs/notes/training.md, 'The recursive stage against the value of keeping')",
+    "errors scored as deployment keeps them, the tiny model learns to revise rarely, not which "
+    "answers to revise (docs/notes/training.md, 'The honest gradient, measured')",
 )
 def test_recursive_stage_revises_wrong_answers_and_keeps_right_ones(adaptive, tmp_path):
     """The recursive stage's claim (issue 25 §3), from the adaptive model, decided as deployment
