@@ -32,9 +32,10 @@ from conductor_core.policy.base import (
     WorkerInfo,
 )
 from conductor_core.workers.types import DeltaHandler
-from conductor_core.workflow.errors import FormatErrorCode, PlanFormatError
+from conductor_core.workflow.errors import PlanFormatError
 from conductor_core.workflow.executor import UNLIMITED, Budget, EventHandler, WorkerCaller, execute
-from conductor_core.workflow.model import AccessMode, describe_ids
+from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.parser import check_offered
 from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
@@ -194,15 +195,10 @@ def _offered_only(result: PlanResult, request: PlanRequest) -> PlanResult:
     was not offered."""
     if result.workflow is None:
         return result
-    offered = {w.id for w in request.workers}
-    for i, worker in enumerate(result.workflow.worker_ids()):
-        if worker not in offered:
-            error = PlanFormatError(
-                FormatErrorCode.UNKNOWN_WORKER,
-                f"step {i} uses model {worker}, which is not offered; the offered models are "
-                f"{describe_ids(offered)}",
-            )
-            return replace(result, workflow=None, error=error)
+    try:
+        check_offered(result.workflow, request.workers)
+    except PlanFormatError as error:
+        return replace(result, workflow=None, error=error)
     return result
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "KEYS",
     "MAX_DEPTH",
     "MAX_SCAN_CHARS",
+    "check_offered",
     "parse_plan",
     "strip_reasoning",
     "try_parse_plan",
@@ -449,6 +450,15 @@ def _check_worker(i: int, value: object, offered: Collection[int] | None) -> int
             f"step {i} uses model {value}, which is not offered; {available}",
         )
     return value
+
+
+def check_offered(workflow: Workflow, workers: OfferedWorkers) -> None:
+    """Raise the parser's ``PlanFormatError`` (``unknown_worker``) for the first step of
+    ``workflow`` that names a worker ``workers`` does not offer: the same check and words as
+    :func:`parse_plan`, for plans built without parsing (scripted and fixed plan sources)."""
+    offered = frozenset(offered_ids(workers))
+    for i, worker in enumerate(workflow.worker_ids()):
+        _check_worker(i, worker, offered)
 
 
 def _check_subtask(i: int, value: object) -> str:
