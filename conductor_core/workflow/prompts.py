@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conductor_core.workflow.model import AccessMode, offered_ids
+from conductor_core.workflow.model import AccessMode, OfferedWorkers, offered_ids
 
 __all__ = [
     "PROMPT_SPEC_FILE",
@@ -118,9 +118,6 @@ def load_prompt_spec(model_dir: str | Path) -> PromptSpec | None:
 _MARKER = re.compile(r"\{\{(\w+)\}\}")
 _EXAMPLE_SEPARATOR = "%%"
 
-Workers = int | Sequence[int] | Sequence[Any]
-"""A pool size ``n`` (models 0..n-1), the offered pool ids, or objects with an ``id`` attribute."""
-
 
 @cache
 def _template(name: str) -> str:
@@ -164,12 +161,8 @@ def worked_examples(access_mode: AccessMode | str = AccessMode.BINARY) -> list[s
     return examples
 
 
-def _model_ids(workers: Workers) -> list[int]:
-    return list(offered_ids(workers))
-
-
-def _models_block(workers: Workers, descriptors: Sequence[str] | None) -> str:
-    ids = _model_ids(workers)
+def _models_block(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> str:
+    ids = offered_ids(workers)
     if descriptors is None:
         return "\n".join(f"Model {i}" for i in ids)
     if len(descriptors) != len(ids):
@@ -186,7 +179,7 @@ def _models_block(workers: Workers, descriptors: Sequence[str] | None) -> str:
 
 def conductor_prompt(
     question: str,
-    workers: Workers,
+    workers: OfferedWorkers,
     *,
     max_steps: int = 5,
     access_mode: AccessMode | str = AccessMode.BINARY,
@@ -223,7 +216,7 @@ def conductor_prompt(
 
 def recursion_prompt(
     question: str,
-    workers: Workers,
+    workers: OfferedWorkers,
     previous_plan: str,
     previous_answer: str,
     *,
@@ -249,7 +242,7 @@ def recursion_prompt(
 
 def compact_prompt(
     question: str,
-    workers: Workers,
+    workers: OfferedWorkers,
     *,
     max_steps: int = 5,
     previous_plan: str | None = None,
@@ -261,7 +254,7 @@ def compact_prompt(
     text = _fill(
         _template("compact"),
         {
-            "models": ", ".join(str(i) for i in _model_ids(workers)),
+            "models": ", ".join(str(i) for i in offered_ids(workers)),
             "max_steps": str(max_steps),
             "question": question.strip(),
         },
@@ -280,7 +273,7 @@ def compact_prompt(
 
 def conductor_messages(
     question: str,
-    workers: Workers,
+    workers: OfferedWorkers,
     *,
     style: PromptStyle | str = PromptStyle.FULL,
     max_steps: int = 5,
