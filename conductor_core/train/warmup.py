@@ -93,11 +93,11 @@ def warmup_texts(
     for _ in range(count):
         p = rng.choice(choices)
         offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
-        messages = stage_prompt(config, p.question, pool_size, offered=offered)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
         plan = synthetic_plan(
             rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
         )
+        previous = None
         if rng.random() < config.warmup.recursion_fraction:
             # A previous answer as a simulated worker writes it, right or wrong, half of them
             # closed by a sentence of doubt, all uncorrelated with the target: the warm-up
@@ -105,19 +105,14 @@ def warmup_texts(
             shown = render_answer(p, rng.random() < 0.5, rng, bank)
             if rng.random() < 0.5:
                 shown = hedge_answer(p, shown, rng)
-            messages = stage_prompt(
-                config,
-                p.question,
-                pool_size,
-                previous=PreviousRound(plan=plan, answer=shown),
-                offered=offered,
-            )
+            previous = PreviousRound(plan=plan, answer=shown)
             if rng.random() < 0.5:
                 plan = KEEP_PLAN
             else:
                 plan = synthetic_plan(
                     rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
                 )
+        messages = stage_prompt(config, p.question, pool_size, previous=previous, offered=offered)
         out.append((messages, plan))
     return out
 
