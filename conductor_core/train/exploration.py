@@ -361,11 +361,10 @@ def offered_trainer_class() -> type:
             completion_ids, logprobs = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
-            if self.use_vllm:
+            log = self.offered_prompts.take_sampling_log()
+            if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
                 return completion_ids, logprobs
-            return completion_ids, sampling_log_probs(
-                completion_ids, self.offered_prompts.take_sampling_log()
-            )
+            return completion_ids, sampling_log_probs(completion_ids, log)
 
         def _weight_off_policy_tokens(self, output: dict[str, Any], log_q: Any) -> None:
             """Multiply the advantage of each token not sampled from the policy (``log_q`` not

@@ -32,6 +32,7 @@ slot and so rule out the keep plan).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from random import Random
@@ -264,11 +265,8 @@ def make_recursive_trainer_class():
                 [prompt_ids[r] for r in firsts], None, multimodal_fields, num_generations
             )
             completion_ids: list[Any] = [None] * len(prompt_ids)
-            logprobs: list[Any] | None = [None] * len(prompt_ids) if lp1 is not None else None
             for k, r in enumerate(firsts):
                 completion_ids[r] = comp1[k]
-                if logprobs is not None:
-                    logprobs[r] = lp1[k]
             texts = self.processing_class.batch_decode(
                 [completion_ids[r] for r in batch.first_rows], skip_special_tokens=True
             )
@@ -278,8 +276,14 @@ def make_recursive_trainer_class():
             for k, r in enumerate(batch.second_rows):
                 prompt_ids[r] = round2_ids[k]  # the caller keeps this list as the prompts
                 completion_ids[r] = comp2[k]
-                if logprobs is not None:
-                    logprobs[r] = lp2[k] if lp2 is not None else []
+            if lp1 is None and lp2 is None:
+                return completion_ids, None
+            # Sampling log-probs for every row; NaN (sampled from the policy, no correction)
+            # where a call returned none.
+            logprobs: list[Any] = [None] * len(prompt_ids)
+            for rows, comps, lps in ((firsts, comp1, lp1), (batch.second_rows, comp2, lp2)):
+                for k, r in enumerate(rows):
+                    logprobs[r] = lps[k] if lps is not None else [math.nan] * len(comps[k])
             return completion_ids, logprobs
 
         def _second_round_prompts(self, batch: _Batch, texts: list[str]) -> list[list[int]]:
