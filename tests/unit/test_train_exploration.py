@@ -202,17 +202,25 @@ def test_coverage_routes_each_group_to_distinct_offered_workers(tiny) -> None:
 def test_coverage_keeps_one_worker_per_plan_across_slots(tiny) -> None:
     """One processor serves a whole ``generate`` call: a plan's worker is drawn once."""
     tok, _ = tiny
+    _, steps = _two_covered_slots(tok, rows=4)
+    chosen = [out.argmax(-1).tolist() for _, _, out in steps]
+    assert chosen[0] == chosen[1]
+
+
+def _two_covered_slots(tok, rows: int) -> tuple:
+    """One coverage processor (coverage 4, 4 offered workers) over ``rows`` plans at a first and
+    a second worker slot: ``(processor, [(input_ids, completion position, output)] per slot)``."""
     prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
     process = None
-    chosen = []
+    steps = []
     for slot in ("model_id = [", "model_id = [1, "):
-        input_ids, width = _slot_batch(tok, [prompt] * 4, slot)
+        input_ids, width = _slot_batch(tok, [prompt] * rows, slot)
         process = process or routing_processor(
-            tok, [prompt] * 4, [[0, 1, 2, 3]] * 4, width, 0.0, coverage=4
+            tok, [prompt] * rows, [[0, 1, 2, 3]] * rows, width, 0.0, coverage=4
         )
-        out = process(input_ids, torch.zeros((4, len(tok))))
-        chosen.append(out.argmax(-1).tolist())
-    assert chosen[0] == chosen[1]
+        out = process(input_ids, torch.zeros((rows, len(tok))))
+        steps.append((input_ids, input_ids.shape[1] - width, out))
+    return process, steps
 
 
 def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
@@ -269,17 +277,9 @@ def test_coverage_records_a_uniform_first_choice_and_certain_later_ones(tiny) ->
     ``1 / n``) at its first id, and follows from it (probability 1) at later ones; plans the
     coverage leaves to the policy record nothing."""
     tok, _ = tiny
-    prompt = compact_prompt("What is 2+2?", [0, 1, 2, 3], max_steps=3)
-    process = None
-    positions = []
-    for slot in ("model_id = [", "model_id = [1, "):
-        input_ids, width = _slot_batch(tok, [prompt] * 5, slot)
-        process = process or routing_processor(
-            tok, [prompt] * 5, [[0, 1, 2, 3]] * 5, width, 0.0, coverage=4
-        )
-        process(input_ids, torch.zeros((5, len(tok))))
-        positions.append(input_ids.shape[1] - width)
-    logs = process.sampling_log(input_ids)
+    process, steps = _two_covered_slots(tok, rows=5)
+    positions = [position for _, position, _ in steps]
+    logs = process.sampling_log(steps[-1][0])
     for row in range(4):
         assert logs[row] == {positions[0]: pytest.approx(-math.log(4)), positions[1]: 0.0}
     assert logs[4] == {}
