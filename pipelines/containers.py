@@ -224,9 +224,7 @@ def leftover_containers(rehearsal_id: str, settle_s: float = 20.0) -> list[str]:
     deadline = time.monotonic() + settle_s
     try:
         while True:
-            found = docker.containers.list(
-                all=True, filters={"label": f"{RUN_LABEL}={rehearsal_id}"}
-            )
+            found = _rehearsal_containers(docker, rehearsal_id)
             if not found or time.monotonic() > deadline:
                 return [c.name for c in found]
             time.sleep(0.5)
@@ -238,11 +236,19 @@ def remove_containers(rehearsal_id: str) -> None:
     """Stop and remove every container of a rehearsal (after an interrupted run)."""
     docker = _docker_client()
     try:
-        for c in docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={rehearsal_id}"}):
+        for c in _rehearsal_containers(docker, rehearsal_id):
             with contextlib.suppress(Exception):
                 c.remove(force=True)
     finally:
         docker.close()
+
+
+def _rehearsal_containers(docker: Any, rehearsal_id: str) -> list[Any]:
+    # The engine auto-removes a KFP container just after it exits, which can fall between
+    # listing its id and inspecting it; such a container is gone, not an error.
+    return docker.containers.list(
+        all=True, filters={"label": f"{RUN_LABEL}={rehearsal_id}"}, ignore_removed=True
+    )
 
 
 def _docker_client() -> Any:

@@ -94,7 +94,10 @@ def test_every_task_ran_in_a_container_and_succeeded(rehearsed, images):
     assert len(shards) == 2 and all(row[-2] == "success" for row in shards)  # the ParallelFor
     log = next((folder / "runs" / "logs").glob("training-*.log")).read_text()
     assert "conductor-base" in log and "Found image" in log  # containers, nothing pulled
-    assert images.containers.list(all=True, filters={"label": "org.conductor.rehearsal"}) == []
+    leftover = images.containers.list(
+        all=True, filters={"label": "org.conductor.rehearsal"}, ignore_removed=True
+    )
+    assert leftover == []
 
 
 def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):
