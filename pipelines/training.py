@@ -78,6 +78,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         adaptive_steps: int = 0,
         recursive_steps: int = 0,
         warmup_steps: int = 0,
+        seed: int = -1,
         launcher: str = "pod",
         artifact_root: str = "",
         tracking_uri: str = "",
@@ -104,6 +105,8 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             recursive_steps: Steps of the recursive fine-tune; 0 keeps the profile's.
             warmup_steps: Steps of the format warm-up before a stage that has one (the tiny
                 profile's base stage); 0 keeps the profile's.
+            seed: Training seed of every stage (data order, sampling, and the initial weights
+                of the tiny profile's random model); -1 keeps the profile's.
             launcher: Where training runs: `pod` (the task's own pod: CPU for the tiny
                 profile, GPU otherwise) or `trainjob` (a Kubeflow Trainer TrainJob across GPU
                 nodes, launched and watched from a small CPU pod).
@@ -143,6 +146,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 adaptive_steps=adaptive_steps,
                 recursive_steps=recursive_steps,
                 warmup_steps=warmup_steps,
+                seed=seed,
                 artifact_root=artifact_root,
                 default_artifact_root=cluster.artifact_root or "",
                 shared_paths=list(cluster.shared_paths),
@@ -163,6 +167,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 "dataset": data.outputs["dataset"],
                 "pool": pool,
                 "warmup_steps": warmup_steps,
+                "seed": seed,
                 "launcher": launcher,
                 "artifact_root": artifact_root,
                 **tracked,

@@ -19,16 +19,18 @@ def check_params(
     adaptive_steps: int,
     recursive_steps: int,
     warmup_steps: int = 0,
+    seed: int = -1,
     artifact_root: str = "",
     default_artifact_root: str = "",
     shared_paths: list = [],  # noqa: B006 (KFP reads the default from the signature; never mutated)
     s3_secret: str = "",
 ) -> str:
     """Check the run's parameters (profile, launcher, metric, baselines, pool, curation config,
-    shard counts, step and warm-up step counts, and an artifact root the run's pods can share:
-    `s3://` with S3 credentials, or a folder under the cluster settings' `shared_paths`) and stop
-    the run with one line naming every bad one. `default_artifact_root`, `shared_paths` and
-    `s3_secret` come from the cluster settings the pipeline was compiled with."""
+    shard counts, step and warm-up step counts, the training seed, and an artifact root the
+    run's pods can share: `s3://` with S3 credentials, or a folder under the cluster settings'
+    `shared_paths`) and stop the run with one line naming every bad one.
+    `default_artifact_root`, `shared_paths` and `s3_secret` come from the cluster settings the
+    pipeline was compiled with."""
     from conductor_core.pipeline_tasks.params import check_training_params
 
     checked = check_training_params(
@@ -46,6 +48,7 @@ def check_params(
             "recursive": recursive_steps,
             "warmup": warmup_steps,
         },
+        seed=seed,
         artifact_root=artifact_root,
         default_artifact_root=default_artifact_root,
         shared_paths=shared_paths,

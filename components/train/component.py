@@ -20,6 +20,7 @@ def train(
     pool: str = "bundled",
     steps: int = 0,
     warmup_steps: int = 0,
+    seed: int = -1,
     launcher: str = "pod",
     artifact_root: str = "",
     tracking_uri: str = "",
@@ -28,7 +29,8 @@ def train(
     cluster_settings: str = "",
 ) -> str:
     """Train one GRPO stage of the Conductor (`base`, `adaptive` or `recursive`) from `init`
-    (the previous stage's model; none for base) on the dataset's train split. Checkpoints and
+    (the previous stage's model; none for base) on the dataset's train split, with training seed
+    `seed` (-1: the profile's). Checkpoints and
     the final weights go to `<artifact_root>/<run_id>/<stage>` (a local folder or S3), so a
     retried task resumes from its last checkpoint. `launcher`: `pod` trains in this task's pod;
     `trainjob` runs a Kubeflow Trainer TrainJob across nodes and waits for it, built from
@@ -46,6 +48,7 @@ def train(
         init_manifest=init.path if init is not None else None,
         steps=steps,
         warmup_steps=warmup_steps,
+        seed=seed if seed >= 0 else None,
         launcher=launcher,
         task_id=task_id,
         pipeline=pipeline,

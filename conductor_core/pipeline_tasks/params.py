@@ -38,6 +38,7 @@ def check_training_params(
     eval_shards: int = 1,
     eval_parallelism: int = 1,
     steps: dict[str, int] | None = None,
+    seed: int = -1,
     curation_config: str = "pipeline",
     artifact_root: str | None = None,
     default_artifact_root: str = "",
@@ -62,6 +63,8 @@ def check_training_params(
     for stage, n in (steps or {}).items():
         if n < 0:
             problems.append(f"{stage}_steps: {n}; give 0 (the profile's) or a positive count")
+    if seed < -1:
+        problems.append(f"seed: {seed}; give -1 (the profile's) or a seed of 0 or more")
     problems += _check_pool_and_baselines(pool, baselines)
     problems += check_profile_pool(profile, pool)
     problems += _check_curation(curation_config)

@@ -29,6 +29,7 @@ def train_config(
     init_from: str | None = None,
     steps: int = 0,
     warmup_steps: int = 0,
+    seed: int | None = None,
     checkpoint_dir: str | None = None,
     model_uri: str | None = None,
     tracking_uri: str | None = None,
@@ -37,7 +38,7 @@ def train_config(
     overrides: dict[str, Any] | None = None,
 ) -> Any:
     """The :class:`~conductor_core.train.config.StageConfig` of one pipeline training step
-    (``steps``, ``warmup_steps``: 0 keeps the profile's)."""
+    (``steps``, ``warmup_steps``: 0 keeps the profile's; ``seed``: None keeps the profile's)."""
     from conductor_core.configfiles import deep_merge
     from conductor_core.train.config import build_config
 
@@ -67,6 +68,9 @@ def train_config(
         data["checkpoint"] = {"dir": checkpoint_dir}
     if warmup_steps:
         data["warmup"] = {"steps": warmup_steps}
+    if seed is not None:  # a random tiny model's weights too (ignored for other models)
+        data["seed"] = seed
+        data["model"] = {"tiny": {"seed": seed}}
     data = deep_merge(data, overrides or {})
     return build_config(data, stage=stage, profile=profile, origin=f"pipeline step {stage}")
 
@@ -82,6 +86,7 @@ def train_step(
     init_manifest: str | Path | None = None,
     steps: int = 0,
     warmup_steps: int = 0,
+    seed: int | None = None,
     launcher: str = "pod",
     task_id: str = "",
     root: str = "",
@@ -122,6 +127,7 @@ def train_step(
         "pool": pool,
         "steps": steps,
         "warmup_steps": warmup_steps,
+        "seed": seed,
         "tracking_uri": tracking_uri,
         "parent_run_id": parent,
         "run_name": stage,

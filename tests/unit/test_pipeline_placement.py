@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conductor_core.cluster import images
 from conductor_core.cluster.settings import (
@@ -98,7 +99,7 @@ class _Outcome:
     duration_s: float = 12.0
 
 
-def launched_with(monkeypatch, tmp_path, cluster_settings):
+def launched_with(monkeypatch, tmp_path, cluster_settings, **step):
     """Run ``train_step(launcher="trainjob")`` with the Kubernetes and S3 calls replaced;
     returns the (request, settings) it launched with."""
     import conductor_core.cluster.launcher as launcher
@@ -127,6 +128,7 @@ def launched_with(monkeypatch, tmp_path, cluster_settings):
         root="s3://bucket/prefix",
         cluster_settings=cluster_settings,
         log=lambda _: None,
+        **step,
     )
     return seen["request"], seen["settings"]
 
@@ -142,7 +144,7 @@ def test_the_launcher_builds_the_trainjob_from_the_compile_time_settings(monkeyp
         "trainjob: {num_nodes: 3, runtime_name: torch-team}\n"
     )
     compiled = load_cluster_settings(user).model_dump_json()  # what the pipeline passes
-    request, settings = launched_with(monkeypatch, tmp_path, compiled)
+    request, settings = launched_with(monkeypatch, tmp_path, compiled, seed=7)
     job = build_manifests(request, settings).trainjob
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 3
@@ -159,8 +161,10 @@ def test_the_launcher_builds_the_trainjob_from_the_compile_time_settings(monkeyp
         if "persistentVolumeClaim" in v
     ]
     assert claims == ["team-workspace"]
-    # the stage writes under the workspace the settings give the nodes
-    assert "output_dir: /workspace/base" in request.stage_config
+    # the stage writes under the workspace the settings give the nodes, with the run's seed
+    staged = yaml.safe_load(request.stage_config)
+    assert staged["output_dir"] == "/workspace/base"
+    assert (staged["seed"], staged["model"]["tiny"]["seed"]) == (7, 7)
 
 
 def test_without_compile_time_settings_the_launcher_reads_the_bundled_ones(monkeypatch, tmp_path):

@@ -48,6 +48,7 @@ def test_parameter_check_names_every_bad_parameter():
             baselines="single,bogus",
             eval_shards=0,
             steps={"base": -1},
+            seed=-2,
             curation_config="no-such-config",
         )
     message = str(err.value)
@@ -57,6 +58,7 @@ def test_parameter_check_names_every_bad_parameter():
         "baselines:",
         "eval_shards",
         "base_steps",
+        "seed: -2",
         "curation_config",
     ):
         assert name in message
@@ -249,3 +251,16 @@ def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):
     short = train_config(**common, output_dir=tmp_path / "b", warmup_steps=10)
     assert kept.warmup.enabled and kept.warmup.steps == 300
     assert short.warmup.enabled and short.warmup.steps == 10
+
+
+def test_train_config_takes_the_seed_for_training_and_the_tiny_weights_or_keeps_the_profiles(
+    tmp_path,
+):
+    from conductor_core.pipeline_tasks.train_steps import train_config
+
+    common = {"stage": "base", "profile": "tiny", "dataset_dir": tmp_path, "pool": "bundled"}
+    kept = train_config(**common, output_dir=tmp_path / "a")
+    seeded = train_config(**common, output_dir=tmp_path / "b", seed=3)
+    assert (kept.seed, kept.model.tiny.seed) == (0, 0)
+    assert (seeded.seed, seeded.model.tiny.seed) == (3, 3)
+    assert seeded.model.tiny.layers == kept.model.tiny.layers  # the rest of the shape is kept

@@ -77,6 +77,19 @@ def test_side_effect_steps_are_never_cached_and_training_and_evaluation_are_retr
     assert retried == {*side_effects[:9], "eval-shard", "eval-shard-gpu"}
 
 
+def test_every_training_task_and_the_parameter_check_take_the_runs_seed():
+    spec = _docs("training")[0]
+    assert spec["root"]["inputDefinitions"]["parameters"]["seed"]["defaultValue"] == -1
+    tasks = _all_tasks(spec)
+    takers = [
+        "check-params",
+        *(f"{t}{n}" for t in ("train", "train-gpu", "train-launcher") for n in ("", "-2", "-3")),
+    ]
+    for name in takers:
+        source = tasks[name]["inputs"]["parameters"]["seed"]["componentInputParameter"]
+        assert source in ("seed", "pipelinechannel--seed"), name
+
+
 def test_no_task_starts_before_the_parameter_check_and_an_exit_handler_closes_the_run():
     spec = _docs("training")[0]
     root = spec["root"]["dag"]["tasks"]
