@@ -114,6 +114,8 @@ def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):
     ]
     for stage in ("base", "adaptive", "recursive"):
         assert any(k.endswith(f"/{stage}/model/config.json") for k in keys), stage
+        assert any(f"/{stage}/model/conductor_prompt.json" in k for k in keys), stage
+    assert any("/base/checkpoints/checkpoint-" in k for k in keys)
     (output,) = (folder / "runs" / "kfp").glob("*/register*/registered")
     registered = json.loads(output.read_text())
     assert registered["weights_uri"].startswith(f"s3://{BUCKET}/{prefix}/")
@@ -137,6 +139,8 @@ def test_the_parent_mlflow_run_is_finished_with_its_nested_runs(rehearsed):
     kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     stages = {r.data.tags.get("conductor.stage") for r in kids}
     assert {"curate", "base", "adaptive", "recursive", "evaluate", "register"} <= stages
+    base = next(r for r in kids if r.data.tags.get("conductor.stage") == "base")
+    assert base.data.metrics  # training metrics went to the stage run on the server
 
 
 def test_the_command_starts_and_stops_its_own_servers(images, tmp_path):

@@ -38,6 +38,15 @@ def docker_or_skip() -> Any:
     return client
 
 
+def missing_for_containers(kind: str = "base") -> str | None:
+    """Why a container test of image ``kind`` would skip here (None: it runs)."""
+    try:
+        image_or_skip(docker_or_skip(), kind)
+    except pytest.skip.Exception as skipped:
+        return str(skipped)
+    return None
+
+
 def image_or_skip(client: Any, kind: str) -> str:
     """The reference of image ``kind`` as conductor_core.cluster.images names it, or skip the
     test when it is not built."""
