@@ -1,18 +1,19 @@
-"""The accuracy/cost front of the cost-aware reward (``reward.cost_weight`` = λ, reward points per
-dollar): train the tiny Conductor on the bundled simulated pool once (warm-up plus ``--base-steps``
-GRPO steps at λ = 0), continue that model with ``--steps`` GRPO steps per λ, and evaluate each on
-the held-out (``test`` split) questions: accuracy and cost per question. Prints a Markdown table
-and saves accuracy vs cost as a PNG (``--out``).
+"""The accuracy/cost front of the cost-aware reward (``reward.cost_weight`` = w, unitless: cost in
+units of the pool's ``cost_reference``): train the tiny Conductor on the bundled simulated pool once
+(warm-up plus ``--base-steps`` GRPO steps at w = 0), continue that model with ``--steps`` GRPO
+steps per w, and evaluate each on the held-out (``test`` split) questions: accuracy and cost per
+question. Prints a Markdown table and saves accuracy vs cost as a PNG (``--out``).
 
     .venv/bin/python bench/bench_cost_front.py --out runs/cost-front/front.png \\
-        [--lambdas 0,300,1500] [--base-steps 60] [--steps 60]
+        [--weights 0,0.3,1,3] [--base-steps 80] [--steps 50]
 
-Which λ changes routing on the bundled pool (one step, measured on 40 training questions each):
-the domain's best worker answers 90% right (reward 0.95) for $0.0021 (sim-math), $0.00035
-(sim-choice) or $0.00056 (sim-words); the generalist 40% (reward 0.70) for $0.00008. The
-generalist's 0.25 lower reward is worth its lower price once λ > 0.25 / Δcost: about 120 for
-math, 530 for free-form, 930 for multiple choice. λ = 300 should move math alone, λ = 1500 every
-domain. The work directory is the folder of ``--out``.
+Which w changes routing on the bundled pool (reference $0.0008 per question): a right answer keeps
+``0.5 x (1 - min(1, w x cost / 0.0008))`` of its bonus over a wrong one. The domain's best worker
+answers 90% right for $0.0021 (sim-math), $0.00035 (sim-choice) or $0.00055 (sim-words) per
+one-step plan; the generalist 40% for $0.00008. The generalist's expected bonus overtakes the
+specialist's from w ≈ 0.22 (math), 0.87 (free-form) and 1.41 (multiple choice): w = 0.3 should
+move math alone, w = 1 math and free-form, w = 3 every domain (the cheapest policy that still
+answers). The work directory is the folder of ``--out``.
 """
 
 from __future__ import annotations
@@ -60,13 +61,13 @@ def evaluate(folder: Path, config: Any, problems: list, pool: Any, plans: int, s
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| λ ($^-1) | held-out accuracy | cost / question ($) | mean reward (graded) "
+        "| w | held-out accuracy | cost / question ($) | mean reward (graded) "
         "| format errors | mean steps | math -> | mcq -> | freeform -> | train s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['lambda']:g} | {r['accuracy']:.3f} | {r['cost_per_question']:.6f} "
+            f"| {r['weight']:g} | {r['accuracy']:.3f} | {r['cost_per_question']:.6f} "
             f"| {r['reward_mean']:.3f} | {r['format_error_rate']:.3f} | {r['mean_steps']:.2f} "
             f"| {r['route/math']} | {r['route/mcq']} | {r['route/freeform']} "
             f"| {r['train_s']:.0f} |"
@@ -87,7 +88,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     ys = [r["accuracy"] for r in rows]
     ax.plot(xs, ys, "o-")
     for r, x, y in zip(rows, xs, ys, strict=True):
-        ax.annotate(f"λ={r['lambda']:g}", (x, y), textcoords="offset points", xytext=(5, 5))
+        ax.annotate(f"w={r['weight']:g}", (x, y), textcoords="offset points", xytext=(5, 5))
     ax.set_xlabel("cost per held-out question (m$)")
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(0, 1.05)
@@ -103,9 +104,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="PNG of accuracy vs cost.")
-    parser.add_argument("--lambdas", default="0,300,1500", help="λ values, reward points per $.")
-    parser.add_argument("--base-steps", type=int, default=60, help="Shared GRPO steps at λ=0.")
-    parser.add_argument("--steps", type=int, default=60, help="GRPO steps per λ after the base.")
+    parser.add_argument("--weights", default="0,0.3,1,3", help="Cost weights w (unitless).")
+    parser.add_argument("--base-steps", type=int, default=80, help="Shared GRPO steps at w=0.")
+    parser.add_argument("--steps", type=int, default=50, help="GRPO steps per w after the base.")
     parser.add_argument("--warmup-steps", type=int, default=300)
     parser.add_argument("--held-out", type=int, default=60, help="Held-out questions (<=120).")
     parser.add_argument("--eval-plans", type=int, default=2, help="Sampled plans per question.")
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from conductor_core.train.grpo import run_stage
 
     work = Path(args.out).resolve().parent
-    lambdas = [float(v) for v in args.lambdas.split(",") if v.strip()]
+    weights = [float(v) for v in args.weights.split(",") if v.strip()]
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     base_dir = work / "base"
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         base_model = Path(args.base_model)
     else:
         say(
-            f"base: warm-up {args.warmup_steps} + {args.base_steps} GRPO steps at λ=0 in {base_dir}"
+            f"base: warm-up {args.warmup_steps} + {args.base_steps} GRPO steps at w=0 in {base_dir}"
         )
         base_model = run_stage(base_cfg, progress=False, log=say).model_dir
     base_s = time.perf_counter() - started
@@ -144,49 +145,49 @@ def main(argv: list[str] | None = None) -> int:
         problems = problems[:: max(1, len(problems) // args.held_out)][: args.held_out]
 
     rows: list[dict[str, Any]] = []
-    for lam in lambdas:
-        out = work / f"lambda-{lam:g}"
+    for w in weights:
+        out = work / f"weight-{w:g}"
         cfg = learning_config(
             out,
             steps=args.steps,
             seed=args.seed,
             init_from=str(base_model),
-            extra={"warmup": {"enabled": False}, "reward": {"cost_weight": lam}},
+            extra={"warmup": {"enabled": False}, "reward": {"cost_weight": w}},
         )
         started = time.perf_counter()
-        say(f"λ={lam:g}: {args.steps} GRPO steps from the base model in {out}")
+        say(f"w={w:g}: {args.steps} GRPO steps from the base model in {out}")
         result = run_stage(cfg, progress=False, log=say)
         train_s = time.perf_counter() - started
         metrics = evaluate(result.model_dir, cfg, problems, pool, args.eval_plans, args.seed)
         last = result.history[-1] if result.history else {}
         metrics.update(
             {
-                "lambda": lam,
+                "weight": w,
                 "train_s": train_s,
                 "train_cost_per_plan": last.get("conductor/cost_per_plan", float("nan")),
                 "train_cost_penalty": last.get("conductor/cost_penalty", 0.0),
             }
         )
         rows.append(metrics)
-        (work / f"row-{lam:g}.json").write_text(json.dumps(metrics), encoding="utf-8")
+        (work / f"row-{w:g}.json").write_text(json.dumps(metrics), encoding="utf-8")
         say(
-            f"λ={lam:g}: accuracy {metrics['accuracy']:.3f}, "
+            f"w={w:g}: accuracy {metrics['accuracy']:.3f}, "
             f"${metrics['cost_per_question']:.6f}/question, {train_s:.0f} s"
         )
 
-    # Rows of every λ run into this folder (parallel runs with --base-model share it).
+    # Rows of every w run into this folder (parallel runs with --base-model share it).
     rows = sorted(
         (json.loads(p.read_text(encoding="utf-8")) for p in work.glob("row-*.json")),
-        key=lambda r: r["lambda"],
+        key=lambda r: r["weight"],
     )
     table = render(rows)
     start = (
         f"base model {args.base_model}"
         if args.base_model
-        else f"warm-up {args.warmup_steps} + {args.base_steps} GRPO steps at λ=0 ({base_s:.0f} s)"
+        else f"warm-up {args.warmup_steps} + {args.base_steps} GRPO steps at w=0 ({base_s:.0f} s)"
     )
     print(
-        f"tiny profile, {start}, then {args.steps} steps per λ (this run; rows of other runs in "
+        f"tiny profile, {start}, then {args.steps} steps per w (this run; rows of other runs in "
         f"{work} are included); {len(problems)} held-out questions x {args.eval_plans} plans"
     )
     print(table)

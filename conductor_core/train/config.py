@@ -198,11 +198,19 @@ class RewardSpec(_Strict):
     cost_weight: float = Field(
         default=0.0,
         ge=0,
-        description="λ of the cost-aware reward, in reward points per dollar: a plan that parsed "
-        "and was scored gets `reward - cost_weight x cost`, its cost in dollars for one execution "
-        "(worker `price` in the pool; format errors keep 0, infrastructure failures `None`). 0 "
-        "(the paper): no penalty. Plans cost ~$0.0001-0.003 on the bundled simulated pool, so "
-        "values of 100-2000 change which worker is worth its price there (docs/cost.md).",
+        description="Weight w of the cost-aware reward, per unit of the pool's reference cost: "
+        "a right answer's bonus over a wrong one (0.5) shrinks by the share "
+        "`min(1, w x cost / cost_reference)`, so it is gone once a plan costs `cost_reference / "
+        "w` dollars. Wrong answers, format errors and infrastructure failures are not charged, "
+        "and a right answer never scores below a wrong one. 0 (the paper): cost is ignored. "
+        "Unitless, so one setting means the same on pools of different prices (docs/cost.md).",
+    )
+    cost_reference: float | None = Field(
+        default=None,
+        gt=0,
+        description="The cost-aware reward's unit, in dollars per question (one execution of a "
+        "plan). `null`: the pool's `cost_reference`; one of the two is needed when "
+        "`cost_weight` > 0.",
     )
     truncated_is_format_error: bool = Field(
         default=False,

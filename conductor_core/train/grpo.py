@@ -536,6 +536,7 @@ def run_stage(
             max_concurrent=config.reward.max_concurrent_plans,
             rounds=rounds,
             cost_weight=config.reward.cost_weight,
+            cost_reference=config.reward.cost_reference,
             truncation=truncation_rule(config, tokenizer),
         )
         if resume is not None:

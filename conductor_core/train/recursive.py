@@ -42,7 +42,7 @@ from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.train.exploration import offered_trainer_class, without_exploration
-from conductor_core.train.reward import ConductorReward, RoundState, cost_adjusted
+from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 from conductor_core.workflow.prompts import plan_messages
@@ -209,7 +209,7 @@ def make_recursive_trainer_class():
                 if row >= advantages.shape[0] or row >= len(outcomes):
                     continue  # another process holds it
                 first = self.rounds.cached.get(source)
-                final = cost_adjusted(outcomes[row], reward.cost_weight, reward.executions)
+                final = reward.adjusted(outcomes[row])
                 kept = None if first is None else first.reward
                 advantages[row] = 0.0 if final is None or kept is None else final - kept
 

@@ -6,11 +6,13 @@ Reward per completion: 0 when the plan does not parse, 0.5 when it parses but th
 leaves that sample out of the update). With ``executions_per_plan > 1`` the reward is the mean
 over the executions that were not spoiled (:func:`conductor_core.outcome.combine`).
 
-Cost-aware training (``reward.cost_weight`` = λ, reward points per dollar, 0 by default): a plan
-that parsed and was scored loses λ × its cost in dollars (the mean cost of one execution, worker
-prices from the pool): ``reward = graded - λ × cost`` (:func:`cost_adjusted`). Format errors (0)
-and infrastructure failures (``None``) are left as they are. ``Outcome.reward`` keeps the graded
-reward; the penalised one is what the trainer gets.
+Cost-aware training (``reward.cost_weight`` = w, 0 by default): a right answer's bonus over a
+wrong one shrinks with its cost relative to the pool's reference cost ``c_ref``:
+``reward = graded - (graded - 0.5) × min(1, w × cost / c_ref)`` (:func:`cost_adjusted`; cost in
+dollars for one execution, worker prices from the pool). Wrong answers, format errors and
+infrastructure failures are not charged, so cost never ranks a right answer below a wrong one and
+never rewards a cheap failure. ``Outcome.reward`` keeps the graded reward; the adjusted one is
+what the trainer gets.
 
 TRL runs async reward functions on a background event-loop thread: :class:`ConductorReward`
 creates its :class:`~conductor_core.workers.pool.WorkerPool` lazily inside the loop that calls
@@ -26,10 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome, combine, grade
 from conductor_core.policy.base import PreviousRound
 from conductor_core.policy.text import TextPlanSource
 from conductor_core.solve import SolveOptions, solve
+from conductor_core.tasks.grading import WRONG_REWARD
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.errors import FormatErrorCode
@@ -94,18 +98,31 @@ async def score_plan(
     return combine(outcomes)
 
 
-def cost_adjusted(outcome: Outcome, cost_weight: float, executions: int = 1) -> float | None:
-    """The reward the trainer gets: ``outcome.reward - cost_weight * cost``.
+def cost_adjusted(
+    outcome: Outcome,
+    cost_weight: float,
+    cost_reference: float | None = None,
+    executions: int = 1,
+) -> float | None:
+    """The reward the trainer gets: the graded reward less the share
+    ``min(1, cost_weight * cost / cost_reference)`` of its bonus over a wrong answer.
 
     ``cost`` is the plan's cost in dollars for one execution (``outcome.cost`` summed over
-    ``executions`` executions, so divided by it). Only plans that parsed and were scored pay:
-    a format error keeps its 0, an infrastructure failure its ``None``; a kept answer (recursion
-    round with three empty lists) runs nothing and costs nothing. ``cost_weight`` 0 returns the
-    graded reward unchanged.
+    ``executions`` executions, so divided by it). Only the right part of a reward pays (with
+    several executions, the share of them that were right): a wrong answer keeps its 0.5, a
+    format error its 0, an infrastructure failure its ``None``; a kept answer (recursion round
+    with three empty lists) runs nothing and costs nothing. ``cost_weight`` 0 returns the graded
+    reward unchanged.
+
+    Raises:
+        ValueError: ``cost_weight`` > 0 without a positive ``cost_reference``.
     """
     if outcome.reward is None or not cost_weight or not outcome.plan_ok:
         return outcome.reward
-    return outcome.reward - cost_weight * outcome.cost / max(1, executions)
+    if not cost_reference or cost_reference <= 0:
+        raise ValueError("a cost weight needs a positive cost reference (dollars per question)")
+    share = min(1.0, cost_weight * outcome.cost / max(1, executions) / cost_reference)
+    return outcome.reward - max(0.0, outcome.reward - WRONG_REWARD) * share
 
 
 def best_workers(pool: PoolConfig) -> dict[str, int]:
@@ -125,14 +142,13 @@ def summarize(
     *,
     pool_size: int,
     best: Mapping[str, int] | None = None,
-    cost_weight: float = 0.0,
-    executions: int = 1,
+    adjust: Callable[[Outcome], float | None] | None = None,
 ) -> dict[str, float]:
     """Batch metrics: reward, format-error and infra rates, steps, access, worker shares, cost.
 
-    ``reward_mean`` / ``reward_std`` are of the graded rewards; with ``cost_weight`` > 0,
-    ``cost_penalty`` is the mean penalty λ × cost over the scored plans (:func:`cost_adjusted`)
-    and ``adjusted_reward_mean`` the mean reward the trainer got.
+    ``reward_mean`` / ``reward_std`` are of the graded rewards; with ``adjust`` (the cost-aware
+    reward, :meth:`ConductorReward.adjusted`), ``cost_penalty`` is the mean amount it took off
+    the scored plans and ``adjusted_reward_mean`` the mean reward the trainer got.
 
     Worker shares count the workers of every step of the parsed plans (overall and per domain).
     ``best_worker_share`` is the share of parsed, non-keep plans whose answering (last) step is
@@ -159,8 +175,8 @@ def summarize(
         "tokens_per_plan": sum(o.input_tokens + o.output_tokens for o in outcomes) / n,
         "cost_per_plan": sum(o.cost for o in outcomes) / n,
     }
-    if cost_weight:
-        adjusted = [cost_adjusted(o, cost_weight, executions) for o in outcomes]
+    if adjust is not None:
+        adjusted = [adjust(o) for o in outcomes]
         pairs = [(o.reward, a) for o, a in zip(outcomes, adjusted, strict=True) if a is not None]
         out["cost_penalty"] = sum((r or 0.0) - a for r, a in pairs) / len(pairs) if pairs else 0.0
         out["adjusted_reward_mean"] = sum(a for _, a in pairs) / len(pairs) if pairs else 0.0
@@ -237,10 +253,15 @@ class ConductorReward:
         max_concurrent: plans executed at the same time (calls are also bounded per worker).
         rounds: the recursion context of the current batch (recursive stage only).
         pool_factory: builds the pool (default: ``WorkerPool(pool_config)``).
-        cost_weight: λ, reward points per dollar taken off each scored plan's reward
-            (:func:`cost_adjusted`; ``reward.cost_weight``); 0 leaves rewards as graded.
+        cost_weight: w of the cost-aware reward (:func:`cost_adjusted`;
+            ``reward.cost_weight``); 0 leaves rewards as graded.
+        cost_reference: its unit, dollars per question (``reward.cost_reference``); None: the
+            pool's ``cost_reference``.
         truncation: when given, completions it finds cut off (from TRL's ``completion_ids``)
             are format errors ``truncated`` and are not run (``reward.truncated_is_format_error``).
+
+    Raises:
+        ConfigError: ``cost_weight`` > 0 with no cost reference, given or in the pool.
     """
 
     __name__ = "conductor"
@@ -256,6 +277,7 @@ class ConductorReward:
         rounds: RoundState | None = None,
         pool_factory: PoolFactory | None = None,
         cost_weight: float = 0.0,
+        cost_reference: float | None = None,
         truncation: Truncation | None = None,
     ) -> None:
         self.problems = dict(problems)
@@ -266,6 +288,12 @@ class ConductorReward:
         self.rounds = rounds
         self._pool_factory = pool_factory
         self.cost_weight = float(cost_weight)
+        self.cost_reference = cost_reference or pool_config.cost_reference
+        if self.cost_weight and not self.cost_reference:
+            raise ConfigError(
+                "reward.cost_weight > 0 needs a cost reference (dollars per question): set "
+                "reward.cost_reference, or cost_reference in the pool (docs/cost.md)"
+            )
         self.truncation = truncation
         self._pool: Any = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
@@ -389,8 +417,7 @@ class ConductorReward:
             outcomes,
             pool_size=len(self.pool_config.workers),
             best=self.best,
-            cost_weight=self.cost_weight,
-            executions=self.executions,
+            adjust=self.adjusted if self.cost_weight else None,
         )
         if log_metric is not None:
             for name, value in self.last_metrics.items():
@@ -399,4 +426,9 @@ class ConductorReward:
         if log_extra is not None:
             log_extra("format_error", [o.format_error_code or "" for o in outcomes])
             log_extra("final_worker", [o.final_worker for o in outcomes])
-        return [cost_adjusted(o, self.cost_weight, self.executions) for o in outcomes]
+        return [self.adjusted(o) for o in outcomes]
+
+    def adjusted(self, outcome: Outcome) -> float | None:
+        """The reward the trainer gets for ``outcome`` (:func:`cost_adjusted` with this
+        reward's cost weight, reference and executions)."""
+        return cost_adjusted(outcome, self.cost_weight, self.cost_reference, self.executions)

@@ -174,6 +174,14 @@ class PoolConfig(BaseModel):
     workers: list[WorkerConfig] = Field(min_length=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    cost_reference: float | None = Field(
+        default=None,
+        gt=0,
+        description="Typical cost in dollars of answering one question on this pool (for "
+        "example the mean, over its workers, of a one-step plan's cost, which `conductor eval "
+        "run --baselines single` prints): the unit of the cost-aware training reward "
+        "(`reward.cost_weight`; `reward.cost_reference` overrides it). `null`: none given.",
+    )
 
     def __len__(self) -> int:
         return len(self.workers)

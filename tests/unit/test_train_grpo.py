@@ -45,7 +45,7 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     # Rows 0-1: round 1 (right, wrong); rows 2-5: round 2 continuing row 0, 0, 1, 1.
     outcomes = [scored(1.0), scored(0.5), scored(1.0), scored(0.5), scored(1.0), scored(None)]
     trainer = SimpleNamespace(
-        conductor_reward=SimpleNamespace(last_outcomes=outcomes, cost_weight=0.0, executions=1),
+        conductor_reward=SimpleNamespace(last_outcomes=outcomes, adjusted=lambda o: o.reward),
         rounds=RoundState(cached={0: outcomes[0], 1: outcomes[1]}),
     )
     batch = _Batch(inputs=[], group=2, pairs=1, first_rows=[0, 1], second_rows=[2, 3, 4, 5])

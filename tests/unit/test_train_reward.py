@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.tasks.problem import read_problems
@@ -276,45 +277,80 @@ def test_cost_weight_zero_leaves_rewards_unchanged():
     assert "cost_penalty" not in r.last_metrics
 
 
-def test_cost_weight_lowers_reward_by_exactly_lambda_times_cost():
+def test_only_the_right_part_of_a_reward_pays_its_cost_relative_to_the_reference():
     ids = [p.id for p in MATH[:20]]
     texts = [plan(0), plan(3), plan(0, 1, 2)] * 6 + ["no plan here", plan(7)]
-    lam = 250.0
-    r = make_reward(cost_weight=lam)
+    w = 0.5
+    r = make_reward(cost_weight=w)
+    assert r.cost_reference == POOL.cost_reference  # the bundled pool's unit
     out = run(r, texts, ids)
     graded = [o.reward for o in r.last_outcomes]
     assert run(make_reward(), texts, ids) == graded  # the outcome keeps the graded reward
+    seen = set()
     for value, o in zip(out, r.last_outcomes, strict=True):
-        if o.plan_ok:
-            assert o.cost > 0
-            assert value == pytest.approx(o.reward - lam * o.cost, abs=1e-12)
-        else:  # format errors keep their 0
+        if not o.plan_ok:  # format errors keep their 0
             assert value == 0.0 and o.cost == 0
-    costly = [v for v, t in zip(out, texts, strict=True) if t == plan(0, 1, 2)]
-    single = [v for v, t in zip(out, texts, strict=True) if t == plan(0)]
-    assert max(costly) < 1.0 and max(single) < 1.0
-    penalties = [lam * o.cost for o in r.last_outcomes if o.plan_ok]
+            seen.add("format")
+        elif o.correct:
+            share = min(1.0, w * o.cost / POOL.cost_reference)
+            assert value == pytest.approx(1.0 - 0.5 * share, abs=1e-12)
+            assert 0.5 <= value < 1.0  # never below a wrong answer
+            seen.add("right")
+        else:  # a wrong answer is not charged: being cheap does not pay for failing
+            assert o.cost > 0 and value == 0.5
+            seen.add("wrong")
+    assert seen == {"format", "right", "wrong"}
+    penalties = [g - v for g, v in zip(graded, out, strict=True) if v is not None]
     assert r.last_metrics["cost_penalty"] == pytest.approx(sum(penalties) / len(out))
 
 
-def test_cost_weight_divides_cost_by_executions():
+def test_the_cost_term_is_unitless_the_same_weight_means_the_same_on_dearer_pools():
+    """Prices and the pool's reference scaled together leave every adjusted reward as it was."""
+    ids = [p.id for p in MATH[:12]]
+    texts = [plan(0), plan(3), plan(0, 1, 2)] * 4
+    data = POOL.model_dump()
+    for worker in data["workers"]:
+        worker["price"] = {k: v * 10 for k, v in worker["price"].items()}
+    data["cost_reference"] = POOL.cost_reference * 10
+    from conductor_core.workers.config import PoolConfig
+
+    dearer = PoolConfig.model_validate(data)
+    cheap = run(make_reward(cost_weight=0.7), texts, ids)
+    dear = run(make_reward(pool=dearer, cost_weight=0.7), texts, ids)
+    assert dear == pytest.approx(cheap)
+    assert min(cheap) < 1.0  # and the term did something
+
+
+def test_a_plan_at_or_beyond_the_weighted_reference_is_worth_a_wrong_answer_not_less():
+    p = MATH[0]
+    ref = POOL.cost_reference
+    at = Outcome(reward=1.0, correct=True, domain="math", workers=[0], plan_len=1, cost=ref)
+    beyond = at.model_copy(update={"cost": 50 * ref})
+    half = at.model_copy(update={"cost": ref / 2})
+    state = RoundState(cached={0: at, 1: beyond, 2: half})
+    out = run(make_reward(rounds=state, cost_weight=1.0), ["x"] * 3, [p.id] * 3)
+    assert out == [pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.75)]
+
+
+def test_cost_weight_divides_cost_by_executions_and_charges_the_right_share():
     ids = [p.id for p in MATH[:6]]
-    r = make_reward(cost_weight=100.0, executions=3)
+    r = make_reward(cost_weight=0.3, executions=3)
     out = run(r, [plan(0)] * 6, ids)
     for value, o in zip(out, r.last_outcomes, strict=True):
         assert o.calls == 3
-        assert value == pytest.approx(o.reward - 100.0 * o.cost / 3)
+        share = min(1.0, 0.3 * o.cost / 3 / POOL.cost_reference)
+        assert value == pytest.approx(o.reward - (o.reward - 0.5) * share)
 
 
 def test_correct_cheap_plan_beats_correct_expensive_plan():
     p = MATH[0]
-    cheap = Outcome(reward=1.0, correct=True, domain="math", workers=[3], plan_len=1, cost=0.0001)
-    dear = Outcome(reward=1.0, correct=True, domain="math", workers=[0], plan_len=1, cost=0.002)
+    ref = POOL.cost_reference
+    cheap = Outcome(reward=1.0, correct=True, domain="math", workers=[3], plan_len=1, cost=ref / 10)
+    dear = Outcome(reward=1.0, correct=True, domain="math", workers=[0], plan_len=1, cost=ref)
     state = RoundState(cached={0: cheap, 1: dear})
-    out = run(make_reward(rounds=state, cost_weight=100.0), ["x", "y"], [p.id, p.id])
-    assert out[0] > out[1]
-    assert out == [pytest.approx(1.0 - 0.01), pytest.approx(1.0 - 0.2)]
-    # Without the penalty they tie.
+    out = run(make_reward(rounds=state, cost_weight=0.5), ["x", "y"], [p.id, p.id])
+    assert out == [pytest.approx(1.0 - 0.5 * 0.05), pytest.approx(1.0 - 0.5 * 0.5)]
+    # Without the term they tie.
     assert run(make_reward(rounds=state), ["x", "y"], [p.id, p.id]) == [1.0, 1.0]
 
 
@@ -325,25 +361,43 @@ def test_cost_weight_keeps_infrastructure_failures_none():
         w["simulation"]["failures"] = {"server_error": 1.0}
     from conductor_core.workers.config import PoolConfig
 
-    r = make_reward(pool=PoolConfig.model_validate(data), cost_weight=1000.0)
+    r = make_reward(pool=PoolConfig.model_validate(data), cost_weight=5.0)
     assert run(r, [plan(0), "no plan here"], [MATH[0].id] * 2) == [None, 0.0]
-    excluded = make_reward(rounds=RoundState(excluded={0}), cost_weight=1000.0)
+    excluded = make_reward(rounds=RoundState(excluded={0}), cost_weight=5.0)
     assert run(excluded, [plan(0)], [MATH[0].id]) == [None]
 
 
-def test_cost_weight_config_field():
-    from conductor_core.train.config import RewardSpec, build_config
-
-    assert RewardSpec().cost_weight == 0.0
-    assert "reward points per dollar" in RewardSpec.model_fields["cost_weight"].description
-    config = build_config(
-        {}, stage="base", profile="tiny", overrides={"reward": {"cost_weight": 300}}
-    )
-    assert config.reward.cost_weight == 300.0
+def test_cost_weight_and_reference_config_fields():
     from pydantic import ValidationError
 
+    from conductor_core.train.config import RewardSpec, build_config
+
+    assert RewardSpec().cost_weight == 0.0 and RewardSpec().cost_reference is None
+    assert "reference cost" in RewardSpec.model_fields["cost_weight"].description
+    config = build_config(
+        {},
+        stage="base",
+        profile="tiny",
+        overrides={"reward": {"cost_weight": 0.5, "cost_reference": 0.002}},
+    )
+    assert (config.reward.cost_weight, config.reward.cost_reference) == (0.5, 0.002)
     with pytest.raises(ValidationError):
         RewardSpec(cost_weight=-1)
+    with pytest.raises(ValidationError):
+        RewardSpec(cost_reference=0)
+    # the given reference wins over the pool's
+    assert make_reward(cost_weight=0.5, cost_reference=0.002).cost_reference == 0.002
+
+
+def test_a_cost_weight_without_any_reference_is_refused_before_training():
+    data = POOL.model_dump()
+    data["cost_reference"] = None
+    from conductor_core.workers.config import PoolConfig
+
+    bare = PoolConfig.model_validate(data)
+    with pytest.raises(ConfigError, match=r"reward\.cost_reference"):
+        make_reward(pool=bare, cost_weight=0.5)
+    assert make_reward(pool=bare).cost_weight == 0.0  # no weight, no reference needed
 
 
 def test_cut_off_plans_are_format_errors_and_do_not_run():

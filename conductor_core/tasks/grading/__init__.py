@@ -108,6 +108,12 @@ def grade(
     return verdict
 
 
+WRONG_REWARD = 0.5
+"""The reward of a plan that parsed and ran but answered wrong."""
+RIGHT_REWARD = 1.0
+"""The reward of a right answer."""
+
+
 def reward(*, plan_ok: bool, verdict: Verdict | None, infra_error: bool = False) -> float | None:
     """The paper's reward: 0.0 unparsable plan, 0.5 parsed but wrong, 1.0 right.
 
@@ -120,4 +126,4 @@ def reward(*, plan_ok: bool, verdict: Verdict | None, infra_error: bool = False)
         return 0.0
     if verdict is None:
         raise ValueError("reward(): a verdict is required when plan_ok is True")
-    return 1.0 if verdict.correct else 0.5
+    return RIGHT_REWARD if verdict.correct else WRONG_REWARD
