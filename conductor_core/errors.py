@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from pydantic import ValidationError
 
 
@@ -39,17 +41,24 @@ def require(module: str, extra: str, purpose: str = "", package: str | None = No
         raise MissingDependencyError(package or module.split(".")[0], extra, purpose) from exc
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def format_validation_error(
+    exc: ValidationError, unknown: Callable[[str], str | None] | None = None
+) -> str:
     """A pydantic validation error as one line: ``field.path: message`` per problem, ``; ``-joined.
 
     An unknown field (``extra="forbid"``) reads "unknown field; remove it or check its spelling",
-    and pydantic's "Value error, " prefix of a validator's message is dropped.
+    unless ``unknown`` (given the field's dotted path) returns the whole message for it, e.g. where
+    a moved key went; pydantic's "Value error, " prefix of a validator's message is dropped.
     """
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(root)"
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
+            known = unknown(loc) if unknown is not None else None
+            if known is not None:
+                parts.append(known)
+                continue
             msg = "unknown field; remove it or check its spelling"
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)

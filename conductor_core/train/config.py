@@ -212,12 +212,6 @@ class RewardSpec(_Strict):
         "plan). `null`: the pool's `cost_reference`; one of the two is needed when "
         "`cost_weight` > 0.",
     )
-    truncated_is_format_error: bool = Field(
-        default=False,
-        description="Score a plan that ran into `generation.max_completion_length` without its "
-        "end token as a format error (0, code `truncated`; not executed) even when its lists "
-        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run.",
-    )
 
 
 class GenerationSpec(_Strict):
@@ -269,47 +263,6 @@ class GenerationSpec(_Strict):
         description="Most tokens per sampled plan (reasoning and the three lists); a plan cut off "
         "here usually fails to parse and scores 0. The paper uses 1024, the tiny profile 64.",
     )
-    routing_floor: float = Field(
-        default=0.0,
-        ge=0.0,
-        lt=1.0,
-        description="Exploration floor on the routing choice, in [0, 1): at each worker id of a "
-        "sampled plan, mix this share of a uniform choice over the offered workers into the "
-        "policy's, so that no worker drops out of sampling before a small policy tells question "
-        "types apart (train/exploration.py); the loss weights those choices by their truncated "
-        "importance ratio (importance_ratio_cap). Round-1 plans only in the recursive stage. 0 "
-        "(the paper) samples the policy as it is. `backend: transformers` only.",
-    )
-    routing_coverage: int = Field(
-        default=0,
-        ge=0,
-        description="Routing coverage: the first this many plans of each question's group route "
-        "to different offered workers (in random order, at every worker slot), so every group "
-        "evaluates every worker on its question (train/exploration.py); the loss weights the "
-        "routed ids by their truncated "
-        "importance ratio (importance_ratio_cap), so what is optimised stays the policy's "
-        "expected reward. Up to plans_per_question; those plans are exploration, "
-        "so training-batch routing metrics show them too. In the recursive stage it covers "
-        "round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) samples "
-        "the policy. `backend: transformers` only.",
-    )
-
-    importance_ratio_cap: float = Field(
-        default=3.0,
-        gt=0.0,
-        description="Truncation of the importance ratios that correct the loss for tokens not "
-        "sampled from the policy (the routing floor's and coverage's choices): each such "
-        "token's advantage is weighted by "
-        "min(pi / q, this) (train/exploration.py). 3.0 is TRL's cap for vLLM sampling; lower "
-        "trades bias for variance. `backend: transformers` (on vLLM TRL's own cap applies).",
-    )
-
-    @model_validator(mode="after")
-    def _exploration_needs_transformers(self) -> GenerationSpec:
-        for name in ("routing_floor", "routing_coverage"):
-            if getattr(self, name) and self.backend != "transformers":
-                raise ValueError(f"generation.{name} works with backend: transformers only")
-        return self
 
 
 class LoraSpec(_Strict):
@@ -371,13 +324,6 @@ class WarmupSpec(_Strict):
         default=None,
         gt=0,
         description="Wall-clock limit of the warm-up, in seconds; `null`: run all `steps`.",
-    )
-    recursion_fraction: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description="Share of examples that are recursion rounds (random keep or new plan), so "
-        "that the model can write the keep format before the recursive stage.",
     )
 
 
@@ -500,20 +446,49 @@ class RecursiveSpec(_Strict):
         "[0, 1]. The paper uses 0.25; 0 leaves those round-1 plans untrained, 1 trains them like "
         "any other.",
     )
-    discount_format_errors: bool = Field(
-        default=True,
-        description="Whether `first_round_discount` also applies to round-1 plans that are "
-        "format errors (including the keep plan, which has no answer to keep in round 1). true "
-        "(paper): every forced round-1 plan is discounted. false: those keep their full advantage, "
-        "so that what the policy learns for round 2 (the keep plan) is pushed out of round 1 as "
-        "strongly as it is pulled into round 2 (docs/training.md).",
+
+
+class ExperimentalSpec(_Strict):
+    """Options that exist because the tiny CPU recipe needed help to learn (docs/training.md,
+    "Experimental options"). They are not the paper's method, each defaults to the paper's
+    behaviour, and any of them may change or go without notice."""
+
+    truncated_is_format_error: bool = Field(
+        default=False,
+        description="Score a plan that ran into `generation.max_completion_length` without its "
+        "end token as a format error (0, code `truncated`; not executed) even when its lists "
+        "parse, so the policy learns to stop. Off (the paper): such a plan is parsed and run.",
+    )
+    routing_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Exploration floor on the routing choice, in [0, 1): at each worker id of a "
+        "sampled plan, mix this share of a uniform choice over the offered workers into the "
+        "policy's, so that no worker drops out of sampling before a small policy tells question "
+        "types apart (train/exploration.py); the loss weights those choices by their truncated "
+        "importance ratio (capped at 3.0). Round-1 plans only in the recursive stage. 0 "
+        "(the paper) samples the policy as it is. `generation.backend: transformers` only.",
+    )
+    routing_coverage: int = Field(
+        default=0,
+        ge=0,
+        description="Routing coverage: the first this many plans of each question's group route "
+        "to different offered workers (in random order, at every worker slot), so every group "
+        "evaluates every worker on its question (train/exploration.py); the loss weights the "
+        "routed ids by their truncated importance ratio (capped at 3.0), so what is optimised "
+        "stays the policy's expected reward. Up to plans_per_question; those plans are "
+        "exploration, so training-batch routing metrics show them too. In the recursive stage it "
+        "covers round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) "
+        "samples the policy. `generation.backend: transformers` only.",
     )
     round2_contexts: Literal["per_plan", "shared"] = Field(
         default="per_plan",
-        description="Which round-1 plans a round-2 group continues. `per_plan` (the paper): row i "
-        "of the round-2 group continues row i of its round-1 group, so every forced pair brings "
-        "one recursion context per plan. `shared`: the whole round-2 group continues one round-1 "
-        "plan, so its samples share one context (the tiny profile).",
+        description="Which round-1 plans a round-2 group of the recursive stage continues. "
+        "`per_plan` (the paper): row i of the round-2 group continues row i of its round-1 "
+        "group, so every forced pair brings one recursion context per plan. `shared`: the whole "
+        "round-2 group continues one round-1 plan, so its samples share one context (the tiny "
+        "profile).",
     )
     balance_sources: bool = Field(
         default=False,
@@ -522,15 +497,50 @@ class RecursiveSpec(_Strict):
         "both), instead of at random. Otherwise the keep decision mostly learns the share of right "
         "answers, not which ones.",
     )
+    warmup_recursion_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the format warm-up's examples (`warmup`) that are recursion rounds "
+        "(random keep or new plan), so that the model can write the keep format before the "
+        "recursive stage.",
+    )
 
     @model_validator(mode="after")
-    def _check_contexts(self) -> RecursiveSpec:
+    def _check_contexts(self) -> ExperimentalSpec:
         if self.balance_sources and self.round2_contexts != "shared":
             raise ValueError(
                 "balance_sources needs round2_contexts: shared (with per_plan every round-1 plan "
                 "is continued)"
             )
         return self
+
+
+MOVED_KEYS: dict[str, str] = {
+    "reward.truncated_is_format_error": "experimental.truncated_is_format_error",
+    "generation.routing_floor": "experimental.routing_floor",
+    "generation.routing_coverage": "experimental.routing_coverage",
+    "recursive.round2_contexts": "experimental.round2_contexts",
+    "recursive.balance_sources": "experimental.balance_sources",
+    "warmup.recursion_fraction": "experimental.warmup_recursion_fraction",
+}
+"""Stage-config keys that moved, old dotted name -> new one (an old key is an error naming it)."""
+
+REMOVED_KEYS: dict[str, str] = {
+    "generation.importance_ratio_cap": "the cap is fixed at 3.0, TRL's cap for vLLM sampling",
+    "recursive.discount_format_errors": "every forced round-1 plan is discounted, as in the paper",
+    "adaptive.shuffle": "offered workers keep their pool ids, in pool order",
+}
+"""Stage-config keys that were removed, old dotted name -> what happens now."""
+
+
+def _retired_key_message(key: str) -> str | None:
+    """The error for a moved or removed key, or None for any other unknown key."""
+    if key in MOVED_KEYS:
+        return f"{key} moved to {MOVED_KEYS[key]}"
+    if key in REMOVED_KEYS:
+        return f"{key} was removed ({REMOVED_KEYS[key]})"
+    return None
 
 
 class StageConfig(_Strict):
@@ -650,8 +660,8 @@ class StageConfig(_Strict):
         description="Leave plans cut off at `generation.max_completion_length` (no end token) "
         "out of the loss (TRL's `mask_truncated_completions`, DAPO's overlong filtering), so a "
         "plan that parses despite trailing text does not teach the policy to stop stopping. "
-        "Off in both profiles; the tiny one uses `reward.truncated_is_format_error` instead "
-        "(docs/training.md, 'On other pools').",
+        "Off in both profiles; the tiny one uses `experimental.truncated_is_format_error` "
+        "instead (docs/training.md, 'On other pools').",
     )
     max_grad_norm: float = Field(
         default=1.0, gt=0, description="Clip the gradient's global norm to this value."
@@ -697,6 +707,13 @@ class StageConfig(_Strict):
         description="Forced second rounds of the recursive stage (read only when "
         "`stage: recursive`).",
     )
+    experimental: ExperimentalSpec = Field(
+        default_factory=ExperimentalSpec,
+        description="Options that exist because the tiny CPU recipe needed help (routing "
+        "exploration, cut-off plans as format errors, shared round-2 contexts, recursion rounds "
+        "in the warm-up); they may change or go without notice (docs/training.md, 'Experimental "
+        "options').",
+    )
 
     @field_validator("profile")
     @classmethod
@@ -720,6 +737,11 @@ class StageConfig(_Strict):
                 f"plans_per_question ({self.plans_per_question})"
             )
         _refuse_simulated_pool(self)
+        for name in ("routing_floor", "routing_coverage"):
+            if getattr(self.experimental, name) and self.generation.backend != "transformers":
+                raise ValueError(
+                    f"experimental.{name} works with generation.backend: transformers only"
+                )
         forced = self.stage == "recursive" and self.recursive.forced_fraction > 0
         if forced and self.questions_per_step < 2:
             raise ValueError(
@@ -873,7 +895,9 @@ def build_config(
     try:
         return StageConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(f"{origin}: {format_validation_error(exc)}") from exc
+        raise ConfigError(
+            f"{origin}: {format_validation_error(exc, unknown=_retired_key_message)}"
+        ) from exc
 
 
 def load_config(

@@ -20,7 +20,7 @@ so the loss is corrected where they differ (truncated importance sampling, as TR
 sampling): the processor records ``log q`` of each token it changed (the mixture's probability
 under the floor; ``1 / n`` for the first worker id a coverage row is routed to, whose worker is a
 uniform draw over the ``n`` offered ones, and 1 for its later ids), and the trainer multiplies that
-token's advantage by ``min(pi / q, importance_ratio_cap)`` (:func:`importance_weights`). Every
+token's advantage by ``min(pi / q, IMPORTANCE_RATIO_CAP)`` (:func:`importance_weights`). Every
 other token was sampled from the policy and keeps weight 1. The gradient is then the policy
 gradient of the expected reward, up to the truncation; what the exploration still changes is which
 plans are evaluated, not what is optimised. The ``exploration/*`` training metrics show the
@@ -43,6 +43,7 @@ from functools import cache
 from typing import Any
 
 __all__ = [
+    "IMPORTANCE_RATIO_CAP",
     "OfferedPrompts",
     "RoutingProcessor",
     "importance_weights",
@@ -54,6 +55,11 @@ __all__ = [
 ]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
+
+IMPORTANCE_RATIO_CAP = 3.0
+"""Truncation of the importance ratios of tokens not sampled from the policy (the routing
+floor's and coverage's choices): TRL's default cap for vLLM sampling; a lower one trades bias
+for variance."""
 
 
 class OfferedPrompts:
@@ -336,9 +342,10 @@ def offered_trainer_class() -> type:
     class OfferedGRPOTrainer(GRPOTrainer):
         """GRPOTrainer recording which workers each prompt of a generation batch offers."""
 
-        def __init__(self, *args: Any, importance_ratio_cap: float = 3.0, **kwargs: Any) -> None:
+        importance_ratio_cap: float = IMPORTANCE_RATIO_CAP
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.offered_prompts = OfferedPrompts()
-            self.importance_ratio_cap = importance_ratio_cap
             self._batch_offered: list[Any] | None = None
             super().__init__(*args, **kwargs)
 

@@ -222,8 +222,9 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
 
 
 def truncation_rule(config: StageConfig, tokenizer: Any) -> Truncation | None:
-    """The reward's rule for cut-off plans (``reward.truncated_is_format_error``), or None."""
-    if not config.reward.truncated_is_format_error:
+    """The reward's rule for cut-off plans (``experimental.truncated_is_format_error``), or
+    None."""
+    if not config.experimental.truncated_is_format_error:
         return None
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
     return Truncation(config.generation.max_completion_length, frozenset(ends))
@@ -441,7 +442,6 @@ def build_trainer(
         "processing_class": tokenizer,
         "callbacks": callbacks,
         "peft_config": peft_config(config),
-        "importance_ratio_cap": config.generation.importance_ratio_cap,
     }
     if config.stage == "recursive":
         from conductor_core.train.recursive import make_recursive_trainer_class
@@ -454,9 +454,8 @@ def build_trainer(
             rounds=rounds or RoundState(),
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
-            discount_format_errors=config.recursive.discount_format_errors,
-            round2_contexts=config.recursive.round2_contexts,
-            balance_sources=config.recursive.balance_sources,
+            round2_contexts=config.experimental.round2_contexts,
+            balance_sources=config.experimental.balance_sources,
         )
     return offered_trainer_class()(**kwargs)
 
@@ -546,14 +545,14 @@ def run_stage(
         args = grpo_args(config, local_ckpt, device, progress)
         callbacks = make_callbacks(config, tracker, reward, history, samples)
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
-        gen = config.generation
+        exp = config.experimental
         try:
             with routing_exploration(
                 model,
                 tokenizer,
                 trainer.offered_prompts,
-                gen.routing_floor,
-                gen.routing_coverage,
+                exp.routing_floor,
+                exp.routing_coverage,
             ):
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         finally:

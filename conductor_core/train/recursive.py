@@ -7,20 +7,20 @@ A generation batch holds ``B`` groups of ``G`` plans (one group per question). T
 does): group ``2j`` holds round-1 plans for a question, and group ``2j + 1`` holds round-2 plans
 for the same question, each written after seeing a round-1 plan of group ``2j`` and its final
 answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
-single-round groups. Which round-1 plan a round-2 row continues is ``round2_contexts``:
+single-round groups. Which round-1 plan a round-2 row continues is
+``experimental.round2_contexts``:
 
 * ``per_plan`` (the paper): row ``i`` of the round-2 group continues row ``i`` of the round-1
   group, so each forced pair brings ``G`` distinct recursion contexts;
 * ``shared``: the whole round-2 group continues one round-1 plan (drawn at random, or balanced
-  between right and wrong answers with ``balance_sources``), so the group's samples share one
-  context.
+  between right and wrong answers with ``experimental.balance_sources``), so the group's samples
+  share one context.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
 second round (both through :func:`~conductor_core.solve.solve`; a round-2 plan that does not parse
 keeps the answer, as in deployment, and scores it). Round-1 groups get GRPO's group-normalised
-advantages, those of forced round-1 rows multiplied by ``first_round_discount`` (the paper: 0.25;
-with ``discount_format_errors`` off, round-1 format errors such as the keep plan keep their full
-advantage). A round-2 row's advantage is measured against what keeping is worth, known exactly: its
+advantages, those of forced round-1 rows multiplied by ``first_round_discount`` (the paper:
+0.25). A round-2 row's advantage is measured against what keeping is worth, known exactly: its
 final reward minus the reward of the round-1 answer it continues. That baseline depends on the
 context only, so the gradient stays the policy gradient of the final reward; keeping (or a plan
 that does not parse) has advantage 0, a new plan gains what it adds to the kept answer and loses
@@ -102,11 +102,6 @@ def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
     advantages[kept] = advantages[kept] * factor
 
 
-def answered_rows(rows: list[int], outcomes: Sequence[Outcome]) -> list[int]:
-    """The ``rows`` whose plan was not a format error (rows with no outcome are kept)."""
-    return [r for r in rows if r >= len(outcomes) or not outcomes[r].format_error]
-
-
 def balanced_sources(correct: list[list[bool]], rng: Random) -> list[int]:
     """Which row of each round-1 group a round-2 group continues, balancing right and wrong.
 
@@ -157,7 +152,6 @@ def make_recursive_trainer_class():
             rounds: RoundState,
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
-            discount_format_errors: bool = True,
             round2_contexts: str = "per_plan",
             balance_sources: bool = False,
             **kwargs: Any,
@@ -170,7 +164,6 @@ def make_recursive_trainer_class():
             self.round2_contexts = round2_contexts
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
-            self.discount_format_errors = discount_format_errors
             self.balance_sources = balance_sources
             self._batch: _Batch | None = None
             self.round_stats: dict[str, float] = {}
@@ -192,10 +185,7 @@ def make_recursive_trainer_class():
                 output = super()._generate_and_score_completions(inputs)
             finally:
                 self._batch = None
-            rows = batch.first_rows
-            if not self.discount_format_errors:
-                rows = answered_rows(rows, self.conductor_reward.last_outcomes)
-            discount_rows(output["advantages"], rows, self.first_round_discount)
+            discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
             self._measure_against_keeping(output["advantages"], batch)
             self._log_rounds(batch, mode)
             return output

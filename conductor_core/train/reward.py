@@ -258,7 +258,8 @@ class ConductorReward:
         cost_reference: its unit, dollars per question (``reward.cost_reference``); None: the
             pool's ``cost_reference``.
         truncation: when given, completions it finds cut off (from TRL's ``completion_ids``)
-            are format errors ``truncated`` and are not run (``reward.truncated_is_format_error``).
+            are format errors ``truncated`` and are not run
+            (``experimental.truncated_is_format_error``).
 
     Raises:
         ConfigError: ``cost_weight`` > 0 with no cost reference, given or in the pool.

@@ -82,13 +82,13 @@ def warmup_texts(
     random subset of the pool (:func:`~conductor_core.train.data.offered_subset` with the stage's
     ``adaptive.k_min``/``k_max``) and naming only offered workers.
 
-    A ``warmup.recursion_fraction`` share are recursion rounds: a random previous plan and answer
-    (half of them closed by a sentence of doubt), answered half the time by three empty lists
-    (keep) and half by a new random plan, whatever the answer.
+    An ``experimental.warmup_recursion_fraction`` share are recursion rounds: a random previous
+    plan and answer (half of them closed by a sentence of doubt), answered half the time by three
+    empty lists (keep) and half by a new random plan, whatever the answer.
     """
     rng = Random(seed)
     choices = list(problems)
-    bank = ProblemBank(choices) if config.warmup.recursion_fraction > 0 else None
+    bank = ProblemBank(choices) if config.experimental.warmup_recursion_fraction > 0 else None
     out = []
     for _ in range(count):
         p = rng.choice(choices)
@@ -98,7 +98,7 @@ def warmup_texts(
             rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
         )
         previous = None
-        if rng.random() < config.warmup.recursion_fraction:
+        if rng.random() < config.experimental.warmup_recursion_fraction:
             # A previous answer as a simulated worker writes it, right or wrong, half of them
             # closed by a sentence of doubt, all uncorrelated with the target: the warm-up
             # teaches the format, GRPO the decision.

@@ -21,7 +21,7 @@ class FormatErrorCode(StrEnum):
     SELF_REFERENCE = "self_reference"
     TRUNCATED = "truncated"
     """Cut off at the completion limit before its end token (training's
-    ``reward.truncated_is_format_error``), whether or not its lists parse."""
+    ``experimental.truncated_is_format_error``), whether or not its lists parse."""
 
 
 class PlanFormatError(ValueError):

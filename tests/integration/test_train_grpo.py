@@ -73,12 +73,8 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expe
         stage="recursive",
         steps=1,
         init_from=str(base.model_dir),
-        recursive={
-            "forced_fraction": 0.5,
-            "round2_contexts": contexts,
-            "balance_sources": contexts == "shared",
-            "discount_format_errors": contexts == "per_plan",
-        },
+        recursive={"forced_fraction": 0.5},
+        experimental={"round2_contexts": contexts, "balance_sources": contexts == "shared"},
     )
     result = run_stage(config, progress=False)
     assert result.steps == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import typing
 
 import pytest
@@ -9,12 +10,16 @@ import yaml
 from click.testing import CliRunner
 from pydantic import BaseModel, ValidationError
 
+from conductor_core.configfiles import parse_sets
 from conductor_core.errors import ConfigError
 from conductor_core.train import bundled_config_path
 from conductor_core.train import config as config_module
 from conductor_core.train.config import (
+    MOVED_KEYS,
     PROFILES,
+    REMOVED_KEYS,
     STAGES,
+    ExperimentalSpec,
     StageConfig,
     build_config,
     load_config,
@@ -30,7 +35,8 @@ def test_defaults_are_the_papers_numbers():
     assert (c.learning_rate, c.lr_scheduler, c.warmup_ratio, c.beta) == (1e-6, "cosine", 0.03, 0.0)
     assert c.loss_type == "dapo"  # TRL's default; the paper profile selects "grpo"
     assert c.recursive.forced_fraction == 0.5 and c.recursive.first_round_discount == 0.25
-    assert c.recursive.discount_format_errors is True  # the paper discounts every round-1 plan
+    assert c.experimental == ExperimentalSpec()  # the paper has none of the experiments
+    assert c.experimental.round2_contexts == "per_plan" and c.experimental.routing_floor == 0.0
     assert c.warmup.enabled is False and c.lora.enabled is False
     assert c.generation.vllm_mode == "colocate"
 
@@ -68,6 +74,57 @@ def test_unknown_field_error_names_the_field(tmp_path):
     path.write_text("stepz: 3\n")
     with pytest.raises(ConfigError, match="stepz: unknown field"):
         load_config(path)
+
+
+EXPERIMENT_VALUES = {
+    "truncated_is_format_error": "true",
+    "routing_floor": "0.25",
+    "routing_coverage": "2",
+    "round2_contexts": "shared",
+    "balance_sources": "true",
+    "recursion_fraction": "0.5",
+    "warmup_recursion_fraction": "0.5",
+}
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_KEYS.items()))
+def test_a_moved_key_names_its_new_home(tmp_path, old, new):
+    """An old key in a YAML file, a dict or ``--set`` is refused with its new name; the new one
+    takes the value."""
+    section, name = old.split(".")
+    value = EXPERIMENT_VALUES[name]
+    moved = rf"{old} moved to {new}"
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{section}:\n  {name}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {moved}$"):
+        load_config(path, stage="recursive", profile="tiny")
+    with pytest.raises(ConfigError, match=rf"^training config: {moved}$"):
+        build_config({}, overrides=parse_sets([f"{old}={value}"]))
+    sets = [f"{new}={value}", "experimental.round2_contexts=shared"]
+    built = build_config({}, overrides=parse_sets(sets)).experimental
+    assert getattr(built, new.removeprefix("experimental.")) == yaml.safe_load(value)
+
+
+def test_moved_and_removed_keys_are_reported_with_other_errors():
+    with pytest.raises(ConfigError) as info:
+        build_config(
+            {
+                "reward": {"truncated_is_format_error": True},
+                "generation": {"importance_ratio_cap": 2.0},
+                "recursive": {"discount_format_errors": False},
+                "stepz": 3,
+            }
+        )
+    message = str(info.value)
+    assert "reward.truncated_is_format_error moved to experimental.truncated_is_format_error" in (
+        message
+    )
+    assert "generation.importance_ratio_cap was removed (the cap is fixed at 3.0" in message
+    assert "recursive.discount_format_errors was removed" in message
+    assert "stepz: unknown field" in message
+    assert set(REMOVED_KEYS).isdisjoint(StageConfig().flat())
+    assert set(MOVED_KEYS).isdisjoint(StageConfig().flat())
+    assert set(MOVED_KEYS.values()) <= set(StageConfig().flat())
 
 
 def test_bad_values_give_one_line_errors(tmp_path):
@@ -140,23 +197,25 @@ def test_tiny_recursive_profile_values():
     assert (c.questions_per_step, c.plans_per_question, c.steps) == (64, 2, 40)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
     assert c.loss_type == "grpo" and c.num_iterations == 1
-    assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_contexts == "shared"
-    assert c.recursive.balance_sources is True and c.warmup.enabled is False
+    assert c.recursive.forced_fraction == 1.0 and c.experimental.round2_contexts == "shared"
+    assert c.experimental.balance_sources is True and c.warmup.enabled is False
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
-    assert base.learning_rate == 3e-4 and base.warmup.recursion_fraction == 0.5
+    assert base.learning_rate == 3e-4 and base.experimental.warmup_recursion_fraction == 0.5
     assert base.loss_type == "dapo"
     # Learning on any pool (docs/training.md, "On other pools"): every base group covers every
     # worker and cut-off plans score 0; the adaptive stage samples the policy with a routing floor
     # (so its own unoffered routing is seen and contrasted); the recursive stage samples it alone.
-    assert base.generation.routing_coverage == base.plans_per_question == 4
-    assert base.reward.truncated_is_format_error is True
+    assert base.experimental.routing_coverage == base.plans_per_question == 4
+    assert base.experimental.truncated_is_format_error is True
     adaptive = build_config({}, stage="adaptive", profile="tiny")
-    assert (adaptive.generation.routing_coverage, adaptive.generation.routing_floor) == (0, 0.3)
+    assert (adaptive.experimental.routing_coverage, adaptive.experimental.routing_floor) == (0, 0.3)
     recursive = build_config({}, stage="recursive", profile="tiny")
-    assert (recursive.generation.routing_coverage, recursive.generation.routing_floor) == (0, 0.0)
+    exp = recursive.experimental
+    assert (exp.routing_coverage, exp.routing_floor) == (0, 0.0)
     for c in (adaptive, recursive):
-        assert c.reward.truncated_is_format_error is False
+        assert c.experimental.truncated_is_format_error is False
+        assert c.experimental.warmup_recursion_fraction == 0.5
 
 
 @pytest.mark.parametrize("stage", STAGES)

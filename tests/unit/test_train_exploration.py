@@ -169,7 +169,9 @@ def test_exploration_needs_the_transformers_backend(field: tuple[str, float]) ->
 
     name, value = field
     with pytest.raises((ConfigError, ValueError), match=name):
-        StageConfig.model_validate({"generation": {"backend": "vllm", name: value}})
+        StageConfig.model_validate(
+            {"generation": {"backend": "vllm"}, "experimental": {name: value}}
+        )
 
 
 def _slot_batch(tok, prompts: list[str], completion: str) -> tuple[torch.Tensor, int]:

@@ -9,7 +9,6 @@ import pytest
 
 from conductor_core.train.config import build_config
 from conductor_core.train.recursive import (
-    answered_rows,
     balanced_sources,
     discount_rows,
     forced_pairs,
@@ -94,7 +93,7 @@ def test_paper_profile_recursive_batch_composition_and_discount():
     spec = config.recursive
     groups, g = config.questions_per_step, config.plans_per_question
     pairs = forced_pairs(groups, spec.forced_fraction)
-    first, second, sources = pair_rows(pairs, g, spec.round2_contexts, Random(0))
+    first, second, sources = pair_rows(pairs, g, config.experimental.round2_contexts, Random(0))
     assert (groups, g) == (4, 64)
     assert len(first) + len(second) == groups * g // 2  # half of the batch's plans
     assert second == list(range(g, 2 * g)) and first == list(range(g))
@@ -105,21 +104,6 @@ def test_paper_profile_recursive_batch_composition_and_discount():
     # The shared layout: one context per round-2 group.
     _, _, shared = pair_rows(2, 4, "shared", Random(0))
     assert len(set(shared[:4])) == 1 and len(set(shared[4:])) == 1 and shared[0] < 4
-
-
-def test_round_one_format_errors_can_escape_the_discount():
-    """With ``discount_format_errors`` off, a round-1 keep plan (a format error: there is no answer
-    to keep yet) keeps its full advantage while the other round-1 plans are discounted."""
-    import torch
-
-    from conductor_core.outcome import Outcome
-
-    outcomes = [Outcome(format_error=True), Outcome(reward=1.0), Outcome(reward=0.5)]
-    rows = answered_rows([0, 1, 2, 7], outcomes)  # row 7: no outcome here (another process)
-    assert rows == [1, 2, 7]
-    advantages = torch.tensor([-1.0, 1.0, -0.5, 0.4])
-    discount_rows(advantages, rows, 0.25)
-    assert advantages.tolist() == pytest.approx([-1.0, 0.25, -0.125, 0.4])
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):

@@ -422,7 +422,9 @@ def test_truncation_rule_follows_the_config():
     class Tok:
         eos_token_id, pad_token_id = 2, None
 
-    on = build_config({"reward": {"truncated_is_format_error": True}}, stage="base", profile="tiny")
+    on = build_config(
+        {"experimental": {"truncated_is_format_error": True}}, stage="base", profile="tiny"
+    )
     rule = truncation_rule(on, Tok())
     assert rule == Truncation(on.generation.max_completion_length, frozenset({2}))
     assert truncation_rule(build_config({}, stage="base"), Tok()) is None

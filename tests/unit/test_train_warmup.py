@@ -36,7 +36,7 @@ def test_synthetic_plans_parse_and_use_every_worker():
 
 
 def test_warmup_texts_mix_in_recursion_rounds():
-    config = build_config({"warmup": {"recursion_fraction": 0.5}}, profile="tiny")
+    config = build_config({"experimental": {"warmup_recursion_fraction": 0.5}}, profile="tiny")
     pairs = warmup_texts(PROBLEMS, 4, config, 200, seed=1)
     recursion = [(m, p) for m, p in pairs if "Previous plan:" in m[0]["content"]]
     assert 60 < len(recursion) < 140
