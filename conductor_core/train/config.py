@@ -165,6 +165,10 @@ class DataSpec(_Strict):
     )
 
 
+MAX_COST_WEIGHT = 20.0
+"""The largest ``reward.cost_weight`` accepted."""
+
+
 class RewardSpec(_Strict):
     """How a plan is scored: executed on the pool, last step graded, 0 / 0.5 / 1 (None: infra)."""
 
@@ -212,6 +216,19 @@ class RewardSpec(_Strict):
         "plan). `null`: the pool's `cost_reference`; one of the two is needed when "
         "`cost_weight` > 0.",
     )
+
+    @field_validator("cost_weight")
+    @classmethod
+    def _unitless_weight(cls, value: float) -> float:
+        # Values of the old λ (reward points per dollar, 100-2000) would now silently erase every
+        # right answer's bonus: refuse them by name.
+        if value > MAX_COST_WEIGHT:
+            raise ValueError(
+                f"{value:g} is above {MAX_COST_WEIGHT:g}: the weight is unitless (cost in units of "
+                "cost_reference) and replaced λ in reward points per dollar; past about 10 no plan "
+                "keeps any bonus on a typical pool (docs/cost.md)"
+            )
+        return value
 
 
 class GenerationSpec(_Strict):

@@ -385,6 +385,8 @@ def test_cost_weight_and_reference_config_fields():
         RewardSpec(cost_weight=-1)
     with pytest.raises(ValidationError):
         RewardSpec(cost_reference=0)
+    with pytest.raises(ValidationError, match="unitless"):  # an old λ in points per dollar
+        RewardSpec(cost_weight=300)
     # the given reference wins over the pool's
     assert make_reward(cost_weight=0.5, cost_reference=0.002).cost_reference == 0.002
 
