@@ -87,25 +87,6 @@ def subsets(size: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
-def train_tiny(out: Path, *, base_steps: int, adaptive_steps: int, seed: int) -> Path:
-    """Train the tiny profile's base then adaptive stage into ``out``; returns the model folder."""
-    from bench.learning import learning_config
-    from conductor_core.train.grpo import run_stage
-
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    base = run_stage(learning_config(out / "base", steps=base_steps, seed=seed), log=say)
-    adaptive = learning_config(
-        out / "adaptive",
-        steps=adaptive_steps,
-        seed=seed,
-        stage="adaptive",
-        init_from=str(base.model_dir),
-    )
-    return run_stage(adaptive, log=say).model_dir
-
-
 def measure(
     model_dir: Path,
     problems: Sequence[Problem],
@@ -195,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from bench.learning import held_out_problems, learning_config
+    from bench.learning import held_out_problems, learning_config, train_base_and_adaptive
 
     extra = {"data": {"pool": args.pool}} if args.pool else None
     if args.model:
@@ -205,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:
             raise SystemExit("--pool with --train: train on it with conductor train instead")
         print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
-        model_dir = train_tiny(
+        model_dir = train_base_and_adaptive(
             out, base_steps=args.base_steps, adaptive_steps=args.adaptive_steps, seed=args.seed
         )
     with tempfile.TemporaryDirectory(prefix="bench-adaptive-config-") as tmp:

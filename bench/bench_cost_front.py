@@ -118,11 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from bench.learning import held_out_problems, learning_config
+    from bench.learning import checked_overrides, held_out_problems, learning_config
+    from conductor_core.errors import ConfigError
     from conductor_core.train.grpo import run_stage
 
     work = Path(args.out).resolve().parent
-    weights = [float(v) for v in args.weights.split(",") if v.strip()]
+    try:  # a bad weight fails here, in one line, before any training
+        weights = [float(v) for v in args.weights.split(",") if v.strip()]
+        for w in weights:
+            checked_overrides([f"reward.cost_weight={w}"], work)
+    except (ValueError, ConfigError) as exc:
+        print(f"error: --weights: {exc}", file=sys.stderr)
+        return 2
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     base_dir = work / "base"

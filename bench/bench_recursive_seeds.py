@@ -26,8 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: b
 
 KEEP_WHEN_RIGHT = 0.85
 REVISE_WHEN_WRONG = 0.5
-# The learning test's recipe for the models the recursive stage starts from.
-BASE_STEPS, WARMUP_STEPS, ADAPTIVE_STEPS = 130, 300, 80
 
 COLUMNS = (
     ("answer kept after right", "answer_kept_when_right"),
@@ -37,24 +35,6 @@ COLUMNS = (
     ("final reward", "final_reward"),
     ("round-2 format errors", "round2_format_error_rate"),
 )
-
-
-def adaptive_model(out: Path) -> Path:
-    """Train the base then the adaptive stage into ``out`` (the learning test's recipe, seed 0);
-    returns the adaptive run's folder. Progress goes to stderr."""
-    from bench.learning import learning_experiment, stage_experiment
-
-    base, adaptive = out / "base", out / "adaptive"
-    with contextlib.redirect_stdout(sys.stderr):
-        if not (base / "model").is_dir():
-            print(f"training the base model in {base}", file=sys.stderr)
-            learning_experiment(
-                base, steps=BASE_STEPS, warmup_steps=WARMUP_STEPS, seed=0, progress=True
-            )
-        if not (adaptive / "model").is_dir():
-            print(f"training the adaptive model in {adaptive}", file=sys.stderr)
-            stage_experiment("adaptive", adaptive, base / "model", steps=ADAPTIVE_STEPS, seed=0)
-    return adaptive
 
 
 def row(label: str, metrics: dict[str, float], seconds: str = "") -> str:
@@ -79,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every recursive run: --set loss_type=dapo",
     )
     args = parser.parse_args(argv)
-    from bench.learning import checked_overrides, stage_experiment, target_summary
+    from bench.learning import (
+        checked_overrides,
+        stage_experiment,
+        target_summary,
+        train_base_and_adaptive,
+    )
     from conductor_core.errors import ConfigError
 
     out = Path(args.out)
@@ -92,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.adaptive and not (start / "model").is_dir():
         print(f"error: --adaptive {start}: no trained model in {start / 'model'}", file=sys.stderr)
         return 2
-    if not args.adaptive:
-        start = adaptive_model(out)
+    if not (start / "model").is_dir():  # the learning test's recipe, seed 0
+        print(f"training the base and adaptive models in {out}", file=sys.stderr)
+        with contextlib.redirect_stdout(sys.stderr):
+            train_base_and_adaptive(out)
     print("| run | " + " | ".join(label for label, _ in COLUMNS) + " | wrong first | s |")
     print("|---|" + "---|" * (len(COLUMNS) + 2))
     rows = []

@@ -197,6 +197,29 @@ def learning_experiment(
     }
 
 
+def train_base_and_adaptive(
+    out: str | Path, *, base_steps: int = 130, adaptive_steps: int = 80, seed: int = 0
+) -> Path:
+    """Train the learning recipe's base stage (format warm-up, then GRPO) into ``out/base`` and
+    the adaptive stage from it into ``out/adaptive``, without held-out evaluations (progress on
+    stderr); returns the adaptive model's folder."""
+    from conductor_core.train.grpo import run_stage
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    out = Path(out)
+    base = run_stage(learning_config(out / "base", steps=base_steps, seed=seed), log=say)
+    adaptive = learning_config(
+        out / "adaptive",
+        steps=adaptive_steps,
+        seed=seed,
+        stage="adaptive",
+        init_from=str(base.model_dir),
+    )
+    return run_stage(adaptive, log=say).model_dir
+
+
 def held_out_problems(config: StageConfig) -> tuple[list[Problem], PoolConfig]:
     """The held-out (``test`` split) problems of ``config``'s data and its pool."""
     from conductor_core.train.grpo import load_inputs

@@ -30,9 +30,9 @@ def train(
 ) -> str:
     """Train one GRPO stage of the Conductor (`base`, `adaptive` or `recursive`) from `init`
     (the previous stage's model; none for base) on the dataset's train split, with training seed
-    `seed` (-1: the profile's). Checkpoints and
-    the final weights go to `<artifact_root>/<run_id>/<stage>` (a local folder or S3), so a
-    retried task resumes from its last checkpoint. `launcher`: `pod` trains in this task's pod;
+    `seed` (-1: the profile's). Checkpoints and the final weights go to
+    `<artifact_root>/<run_id>/<stage>` (a local folder or S3), so a retried task resumes from its
+    last checkpoint. `launcher`: `pod` trains in this task's pod;
     `trainjob` runs a Kubeflow Trainer TrainJob across nodes and waits for it, built from
     `cluster_settings` (the cluster settings the pipeline was compiled with, as JSON). The output
     Model is a manifest: where the weights are, the MLflow run, the prompt style."""

@@ -32,9 +32,9 @@ def test_local_pipeline_on_real_mlflow_and_s3(mlflow_env, s3_env, tmp_path, monk
     per test run, not both (about 150 s each on 2 cores)."""
     import mlflow
 
-    from tests.support.containers import missing_for_containers
+    from tests.support.containers import containers_run_here
 
-    if missing_for_containers("base") is None:
+    if containers_run_here("base"):
         pytest.skip("asserted by tests/e2e/test_pipeline_docker.py, which runs here")
 
     from pipelines.local import read_comparison, run_local
