@@ -1,1 +1,2 @@
-"""Benchmarks that print figures, and the learning experiment harness (bench.learning)."""
+"""Benchmarks that print figures (the learning experiment harness they share is
+``conductor_core.train.experiment``)."""

@@ -37,8 +37,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: bench.learning
-
 if TYPE_CHECKING:
     from conductor_core.tasks.problem import Problem
     from conductor_core.workers.config import PoolConfig
@@ -176,7 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from bench.learning import held_out_problems, learning_config, train_base_and_adaptive
+    from conductor_core.train.experiment import (
+        held_out_problems,
+        learning_config,
+        train_base_and_adaptive,
+    )
 
     extra = {"data": {"pool": args.pool}} if args.pool else None
     if args.model:

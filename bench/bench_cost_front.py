@@ -25,12 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: bench.learning
-
 
 def evaluate(folder: Path, config: Any, problems: list, pool: Any, plans: int, seed: int):
     """Held-out accuracy, cost and routing of the model in ``folder``."""
-    from bench.learning import policy_metrics, run_model
+    from conductor_core.train.experiment import policy_metrics, run_model
     from conductor_core.train.grpo import load_model
 
     model, tokenizer = load_model(str(folder), config, "cpu")
@@ -118,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from bench.learning import checked_overrides, held_out_problems, learning_config
     from conductor_core.errors import ConfigError
+    from conductor_core.train.experiment import (
+        checked_overrides,
+        held_out_problems,
+        learning_config,
+    )
     from conductor_core.train.grpo import run_stage
 
     work = Path(args.out).resolve().parent

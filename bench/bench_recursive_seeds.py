@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: bench.learning
-
 KEEP_WHEN_RIGHT = 0.85
 REVISE_WHEN_WRONG = 0.5
 
@@ -59,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every recursive run: --set loss_type=dapo",
     )
     args = parser.parse_args(argv)
-    from bench.learning import (
+    from conductor_core.errors import ConfigError
+    from conductor_core.train.experiment import (
         checked_overrides,
         stage_experiment,
         target_summary,
         train_base_and_adaptive,
     )
-    from conductor_core.errors import ConfigError
 
     out = Path(args.out)
     start = Path(args.adaptive) if args.adaptive else out / "adaptive"

@@ -11,8 +11,11 @@
 # tagged with the name FROM uses, with this machine's CA certificates), and where PyTorch's
 # index cannot be reached it serves the pinned CPU torch wheel (from pip's find-links) on a
 # loopback index. It installs and starts the Docker engine where it can (root on Debian) and
-# otherwise says what is missing (exit 3). conductor-train (CUDA) is not built here: see images/README.md.
+# otherwise says what is missing (exit 3), as it does when the engine's disk has too little room for
+# a build (exit 3 too). conductor-train (CUDA) is not built here: see images/README.md.
 # Every step's output goes to $STATE/images-<kind>.log; the last lines are printed on failure.
+# A rebuild removes what it left unreferenced (the builder stage, the image it replaced): without
+# that, each rebuild kept about 2.6 GB on the engine's disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +27,10 @@ PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 say() { echo "images: $*" >&2; }
 die() { say "error: $*"; exit 2; }
-# Exit 3: no engine can run here (not root on Debian, or dockerd will not start); 2: a build failed.
-no_engine() { say "no Docker engine: $*"; exit 3; }
+# Exit 3: no image can be built here (no engine: not root on Debian, or dockerd will not start; or
+# too little disk); 2: a build failed.
+cannot_build() { say "cannot build here: $*"; exit 3; }
+no_engine() { cannot_build "no Docker engine: $*"; }
 
 # ---- the engine ---------------------------------------------------------------------------
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }
@@ -136,6 +141,21 @@ torch_index() {
   TORCH_ARGS=(--build-arg "TORCH_INDEX_URL=http://127.0.0.1:$port/simple")
 }
 
+# ---- disk: what a build needs, and what it leaves ------------------------------------------
+# About what one build holds at its peak on the engine's disk: the builder stage, the image, and
+# (base) the local FROM image and torch. Checked first, so a full disk is named, not met mid-build.
+declare -A NEED_GB=([base]=6 [serve]=1)
+free_gb() { df -Pk "$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /)" 2>/dev/null \
+              | awk 'NR==2 {printf "%d", $4/1048576}'; }
+dangling() { docker images -q --no-trunc --filter dangling=true | sort; }
+# Removes the images that became unreferenced since $1 (a `dangling` listing): the builder stage
+# and the image the new tag replaced. One still used by a container stays.
+remove_new_dangling() {
+  local ids
+  ids=$(comm -13 <(echo "$1") <(dangling))
+  [ -n "$ids" ] && echo "$ids" | xargs docker image rm >/dev/null 2>&1 || true
+}
+
 # ---- build --------------------------------------------------------------------------------
 for kind in "${KINDS[@]}"; do
   [ -f "images/$kind/Dockerfile" ] || die "no images/$kind/Dockerfile"
@@ -145,15 +165,23 @@ for kind in "${KINDS[@]}"; do
   args=()
   if [ "$kind" = base ]; then torch_index; args=("${TORCH_ARGS[@]}"); fi
   log="$STATE/images-$kind.log"
+  need=${NEED_GB[$kind]:-2}
+  free=$(free_gb)
+  if [ -n "$free" ] && [ "$free" -lt "$need" ]; then
+    cannot_build "only $free GB free on the engine's disk; building $target needs about $need GB"
+  fi
   say "building $target (log: $log)"
   start=$(date +%s)
+  before=$(dangling)
   # The classic builder: BuildKit would fetch the `# syntax=` frontend from a registry. The host
   # network, so that a loopback index is reachable from the build.
-  if ! DOCKER_BUILDKIT=0 docker build --network host -f "images/$kind/Dockerfile" -t "$target" \
-      ${args[@]+"${args[@]}"} . >"$log" 2>&1; then
+  if ! DOCKER_BUILDKIT=0 docker build --network host --force-rm -f "images/$kind/Dockerfile" \
+      -t "$target" ${args[@]+"${args[@]}"} . >"$log" 2>&1; then
+    remove_new_dangling "$before"
     tail -30 "$log" >&2
     die "building $target failed; full log: $log"
   fi
+  remove_new_dangling "$before"
   size=$(docker image inspect -f '{{.Size}}' "$target" | awk '{printf "%.0f MB", $1/1e6}')
   say "built $target in $(( $(date +%s) - start )) s, $size"
 done

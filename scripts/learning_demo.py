@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: bench.learning
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of the base run: --set learning_rate=2e-4",
     )
     args = parser.parse_args(argv)
-    from bench.learning import learning_experiment, render_table
     from conductor_core.configfiles import parse_sets
+    from conductor_core.train.experiment import learning_experiment, render_table
 
     started = time.perf_counter()
     result = learning_experiment(
@@ -64,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(result["table"]))
     print(f"reward curve: {result.get('plot') or '(matplotlib missing)'}")
     if args.all_stages:
-        from bench.learning import stage_experiment
+        from conductor_core.train.experiment import stage_experiment
 
         model = Path(args.out) / "model"
         for stage in ("adaptive", "recursive"):

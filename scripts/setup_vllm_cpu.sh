@@ -36,11 +36,14 @@ fi
 # Keep the venv out of git whatever the repository's .gitignore says (as Python 3.13's venv does).
 [ -f "$VENV/.gitignore" ] || echo '*' > "$VENV/.gitignore"
 echo "setup-vllm: installing $WANT into $VENV (first time: about 75 s, ~590 MB)" >&2
-LOG="$VENV/.install.log"
+# The log sits beside the venv: a failed install removes the venv (a partial one is useless and
+# holds gigabytes that the image build may need, as on a machine whose disk filled up).
+LOG="$VENV.install.log"
 if ! "$VENV/bin/python" -m pip install --disable-pip-version-check "$TORCH_PIN" "$VLLM_PIN" \
   >"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 20 >&2
-  echo "setup-vllm: error: pip could not install $WANT (full log: $LOG)" >&2
+  rm -rf "$VENV"
+  echo "setup-vllm: error: pip could not install $WANT (full log: $LOG; the partial venv removed)" >&2
   exit 1
 fi
 # Their PyPI builds are CUDA builds that break transformers imports; triton is unused on CPU.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.learning import random_pool, with_random_pool
+from conductor_core.train.experiment import random_pool, with_random_pool
 from conductor_core.train.reward import best_workers
 from conductor_core.workers.config import load_pool
 
@@ -33,8 +33,8 @@ def test_with_random_pool_points_the_data_at_the_written_pool(tmp_path):
 
 
 def test_checked_overrides_parse_good_items_and_refuse_bad_ones(tmp_path):
-    from bench.learning import checked_overrides
     from conductor_core.errors import ConfigError
+    from conductor_core.train.experiment import checked_overrides
 
     extra = checked_overrides(["beta=0.04", "generation.temperature=0.7"], tmp_path)
     assert extra == {"beta": 0.04, "generation": {"temperature": 0.7}}
@@ -45,7 +45,7 @@ def test_checked_overrides_parse_good_items_and_refuse_bad_ones(tmp_path):
 
 
 def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
-    from bench.learning import is_first_round_keep
+    from conductor_core.train.experiment import is_first_round_keep
     from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
     keep = "model_id = []\nsubtasks = []\naccess_list = []"

@@ -1,5 +1,7 @@
-"""The learning experiment harness behind tests/e2e/test_learning.py, scripts/learning_demo.py and
-bench/bench_learning_pools.py (an experiment, not part of the library).
+"""Learning experiments on the tiny Conductor: train a stage, then measure it on held-out questions.
+The harness of tests/e2e/test_learning.py, scripts/learning_demo.py and the learning bench scripts
+(bench/bench_learning_pools.py, bench_adaptive_routing.py, bench_recursive_seeds.py,
+bench_cost_front.py); not used by training or serving.
 
 A random tiny Qwen2 Conductor gets the format warm-up, then GRPO on the bundled synthetic problems
 and a simulated pool; held-out (``test`` split) questions are evaluated with the initial model,
