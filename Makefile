@@ -1,8 +1,12 @@
 # Every test but the GPU ones, one worker per core (pytest-xdist; a test file stays on one
 # worker, so its module fixtures are built once; files handed out in collection order, where
 # tests/conftest.py puts the modules marked `minutes` first), the slowest tests listed at the end.
+# The vLLM venv of the vLLM tests installs beside setup.sh (each is one pip process, so a
+# fresh clone's second core would otherwise idle); where it fails, those tests say why.
 test:
-	bash scripts/setup.sh
+	bash scripts/setup_vllm_cpu.sh & vllm=$$!; \
+	  bash scripts/setup.sh || { wait $$vllm; exit 1; }; \
+	  wait $$vllm || echo "test: no vLLM venv (above); the vLLM tests will be skipped with the reason"
 	.venv/bin/python -m pytest -q -m "not gpu" -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 # The unit tests, fast and pure by the rule tests/conftest.py enforces, one worker per core.

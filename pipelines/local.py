@@ -320,7 +320,14 @@ def run_local(
     leftovers: list[str] = []
     backend_ctx = _backend(name, root, kfp_root, containers)
     with backend_ctx as backend, log_path.open("w", encoding="utf-8") as log:
-        kfp.local.init(runner=backend.runner, pipeline_root=str(kfp_root), raise_on_error=True)
+        # KFP's workspace folder goes under the run's root: by default it is a new temporary
+        # folder per run that nothing removes.
+        kfp.local.init(
+            runner=backend.runner,
+            pipeline_root=str(kfp_root),
+            workspace_root=str(root / "kfp-workspace"),
+            raise_on_error=True,
+        )
         watcher = _TaskWatcher(log, on_event)
         stdout = sys.stdout
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]

@@ -13,7 +13,9 @@ Registry stages are deprecated: versions are addressed by alias (``models:/name@
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -258,12 +260,18 @@ def load_model_dir(uri: str, dst: str | Path | None = None) -> Path:
 
     ``uri`` may be a registry URI (``models:/name@alias``, ``models:/name/3``), a run or logged
     model URI (``runs:/...``, ``models:/m-...``), an ``s3://`` folder, or a local folder (returned
-    as it is). ``dst`` is the download folder (default: a new temporary folder).
+    as it is). ``dst`` is the download folder (default: a new temporary folder, removed when the
+    process exits: a Conductor's weights are read into memory, and every `conductor solve` of a
+    registered model otherwise left a copy of it behind).
     """
     local = Path(uri).expanduser()
     if "://" not in uri and ":/" not in uri and local.is_dir():
         return _find_model_folder(local)
-    target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="conductor-model-"))
+    if dst is None:
+        target = Path(tempfile.mkdtemp(prefix="conductor-model-"))
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+    else:
+        target = Path(dst)
     target.mkdir(parents=True, exist_ok=True)
     if is_s3(uri):
         return _find_model_folder(Storage().download_dir(uri, target))

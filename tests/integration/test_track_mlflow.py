@@ -251,6 +251,19 @@ def test_register_alias_and_download(mlflow_env, s3_env, tmp_path):
     # The weights live in the moto bucket.
     assert any(k.endswith("artifacts/model/model.safetensors") for k in s3_env.keys("mlflow/"))
 
+    # Without a folder, the download goes to a temporary folder that its process removes on exit.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"from conductor_core.track import load_model_dir; print(load_model_dir({uri!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    fetched = Path(done.stdout.strip().splitlines()[-1])
+    assert fetched.name and "conductor-model-" in str(fetched)
+    assert not fetched.exists()
+
 
 def test_run_tracker_adapter(mlflow_env):
     tracker = RunTracker(experiment="it-tracker", run_name="adapter")
