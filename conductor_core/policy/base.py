@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from conductor_core.workflow.errors import PlanFormatError
 from conductor_core.workflow.model import AccessMode, Workflow
 from conductor_core.workflow.parser import try_parse_plan
-from conductor_core.workflow.prompts import PromptStyle
+from conductor_core.workflow.prompts import PROMPT_VERSION, PromptStyle
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,22 @@ class PlanRequest:
     previous: PreviousRound | None = None
     sample_index: int = 0
     prompt_style: PromptStyle = PromptStyle.FULL
+    prompt_version: str = PROMPT_VERSION
+    """The prompt version to ask in (:data:`~conductor_core.workflow.prompts.PROMPT_VERSION`):
+    a model saved with an older one is asked its recursion round in that version's layout."""
 
 
-def as_trained(request: PlanRequest, style: PromptStyle | None) -> PlanRequest:
-    """``request`` in the prompt style a model was trained with (unchanged when ``style`` is
+def as_trained(
+    request: PlanRequest, style: PromptStyle | None, version: str | None = None
+) -> PlanRequest:
+    """``request`` in the prompt style and version a model was trained with (each unchanged when
     None, i.e. unknown): a model-backed plan source always asks its model the way it learned."""
-    if style is None or request.prompt_style == style:
-        return request
-    return replace(request, prompt_style=style)
+    changes: dict[str, Any] = {}
+    if style is not None and request.prompt_style != style:
+        changes["prompt_style"] = style
+    if version is not None and request.prompt_version != version:
+        changes["prompt_version"] = version
+    return replace(request, **changes) if changes else request
 
 
 @dataclass

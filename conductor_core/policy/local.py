@@ -38,6 +38,15 @@ def trained_style(model_dir: str | Path, given: PromptStyle | str | None) -> Pro
     return spec.style if spec is not None else None
 
 
+def trained_version(model_dir: str | Path, given: str | None = None) -> str | None:
+    """The prompt version to ask the model in ``model_dir`` with: ``given``, else the one saved
+    with its weights, else None (unknown: each request's own version, the current one)."""
+    if given is not None:
+        return given
+    spec = _saved_spec(model_dir)
+    return spec.version if spec is not None else None
+
+
 def trained_plan_tokens(model_dir: str | Path, given: int | None) -> int:
     """The most tokens to generate for a plan: ``given``, else the plan length the model in
     ``model_dir`` was trained with (saved with its weights), else 1024."""
@@ -56,8 +65,9 @@ class TransformersPlanSource:
     ``plan`` calls queue rather than corrupt the model's state. With ``seed`` set, each call seeds
     torch with ``seed + sample_index`` (of the batch's first request in :meth:`plan_many`), so a
     plan can be replayed. ``temperature`` 0 means greedy decoding. The model is asked in the
-    prompt style it was trained with: ``prompt_style`` when given, else the one saved in the model
-    folder (:data:`~conductor_core.workflow.prompts.PROMPT_SPEC_FILE`), else the request's;
+    prompt style and version it was trained with: ``prompt_style`` and ``prompt_version`` when
+    given, else the ones saved in the model folder
+    (:data:`~conductor_core.workflow.prompts.PROMPT_SPEC_FILE`), else the request's;
     and ``max_new_tokens`` defaults to the plan length it was trained with (saved there too).
 
     ``plan_grammar``: decode under the plan grammar, the same regex a served Conductor is sent
@@ -79,6 +89,7 @@ class TransformersPlanSource:
         device: str = "cpu",
         dtype: str | None = None,
         prompt_style: PromptStyle | str | None = None,
+        prompt_version: str | None = None,
         plan_grammar: bool = False,
         max_subtask_chars: int | None = None,
     ) -> None:
@@ -98,6 +109,7 @@ class TransformersPlanSource:
         self.device = device
         self.dtype = dtype
         self.prompt_style = trained_style(self.model_dir, prompt_style)
+        self.prompt_version = trained_version(self.model_dir, prompt_version)
         self.plan_grammar = bool(plan_grammar)
         self.max_subtask_chars = max_subtask_chars
         self._model = None
@@ -186,7 +198,7 @@ class TransformersPlanSource:
         if self._tokenizer is None:
             self.load()
         return self._tokenizer.apply_chat_template(
-            plan_messages(as_trained(request, self.prompt_style)),
+            plan_messages(as_trained(request, self.prompt_style, self.prompt_version)),
             tokenize=False,
             add_generation_prompt=True,
         )

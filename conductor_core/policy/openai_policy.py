@@ -52,6 +52,9 @@ class OpenAIPlanSource:
     ``max_retries`` is the client's own retries on connection errors, 429 and 5xx.
     ``extra_body`` is merged into each request (for example vLLM's ``structured_outputs``).
     ``prompt_style``: the style the served model was trained with (None: each request's own).
+    The prompt version is each request's own (the current one): a served model trained with
+    prompt version 1 or 2 is asked its recursion round in the current layout, since the server
+    does not say which version its model learned.
     ``structured``: constrain decoding to the plan grammar
     (:func:`~conductor_core.workflow.grammar.plan_regex` for each request's workers, steps,
     access mode and round) by sending vLLM's ``"structured_outputs": {"regex": ...}``, so that

@@ -256,7 +256,7 @@ _DESCRIPTIONS = (
 
 
 def default_corpus(*, seed: int = 0, plans: int = 400) -> list[str]:
-    """Texts that teach the tokenizer the Conductor format: prompts, plans, recursion prompts."""
+    """Texts that teach the tokenizer the Conductor format: prompts, plans, recursion turns."""
     from conductor_core.workflow import prompts
     from conductor_core.workflow.model import AccessMode
 
@@ -273,9 +273,10 @@ def default_corpus(*, seed: int = 0, plans: int = 400) -> list[str]:
             )
         )
         plan = _random_plan_text(rng, n, mode)
-        texts.append(
-            prompts.recursion_prompt(question, n, previous_plan=plan, previous_answer="\\boxed{42}")
+        again = prompts.conductor_messages(
+            question, n, previous_plan=plan, previous_answer="\\boxed{42}"
         )
+        texts.append(again[-1]["content"])  # the recursion turn (the prompt is above)
     texts.extend(_random_plan_text(rng, rng.randint(1, 7), AccessMode.BINARY) for _ in range(plans))
     texts.extend(
         _random_plan_text(rng, rng.randint(2, 7), AccessMode.INDEX) for _ in range(plans // 4)

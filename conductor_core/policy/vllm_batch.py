@@ -16,7 +16,7 @@ from typing import Any
 
 from conductor_core.errors import require
 from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
-from conductor_core.policy.local import trained_plan_tokens, trained_style
+from conductor_core.policy.local import trained_plan_tokens, trained_style, trained_version
 from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
@@ -26,7 +26,8 @@ class VLLMBatchPlanSource:
     ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size``,
     ``gpu_memory_utilization``, ``max_model_len``, ``dtype``). Sampling uses ``temperature``,
     ``top_p``, ``max_tokens`` and a per-request seed ``seed + sample_index`` so that repeats are
-    reproducible. The model is asked in ``prompt_style``, else the style saved with its weights.
+    reproducible. The model is asked in ``prompt_style``, else the style saved with its weights,
+    and in the prompt version saved there (a recursion round's layout depends on it).
     """
 
     def __init__(
@@ -42,6 +43,7 @@ class VLLMBatchPlanSource:
     ) -> None:
         self.model = str(model)
         self.prompt_style = trained_style(model, prompt_style)
+        self.prompt_version = trained_version(model)
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = trained_plan_tokens(model, max_tokens)
@@ -74,7 +76,10 @@ class VLLMBatchPlanSource:
         llm = self.engine()
         t0 = time.perf_counter()
         outputs = llm.chat(
-            [plan_messages(as_trained(r, self.prompt_style)) for r in requests],
+            [
+                plan_messages(as_trained(r, self.prompt_style, self.prompt_version))
+                for r in requests
+            ],
             [self.sampling_params(r) for r in requests],
             use_tqdm=True,
         )

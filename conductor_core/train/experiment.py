@@ -32,7 +32,7 @@ from conductor_core.train.data import offered_subset, stage_options
 from conductor_core.train.recursive import previous_plan_text, recursion_metrics
 from conductor_core.train.reward import best_workers, summarize
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workflow.prompts import plan_messages
+from conductor_core.workflow.prompts import PROMPT_VERSION, plan_messages
 from conductor_core.workflow.trace import SolveTrace
 
 ROWS: tuple[tuple[str, str], ...] = (
@@ -366,6 +366,8 @@ def run_model(
     from conductor_core.workers.pool import WorkerPool
 
     size = len(pool.workers)
+    # Asked as the stage trains (its style, the current prompt version), whatever spec the folder
+    # the weights came from holds, as evaluate_recursion's teacher-forced prompts are.
     source = TransformersPlanSource.from_loaded(
         model,
         tokenizer,
@@ -373,6 +375,7 @@ def run_model(
         temperature=temperature,
         seed=seed,
         prompt_style=config.data.prompt_style,
+        prompt_version=PROMPT_VERSION,
     )
     offered_for = None
     if adaptive:

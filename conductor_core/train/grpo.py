@@ -126,7 +126,7 @@ def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
         if config.data.prompt_style == "compact":
             previous = PreviousRound(plan=plan, answer="\\boxed{42}")
             again = stage_prompt(config, p.question, pool_size, previous=previous)
-            texts.append(again[0]["content"])
+            texts.append(again[-1]["content"])  # the recursion turn (its prompt and plan: above)
     return texts
 
 

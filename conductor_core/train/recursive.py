@@ -39,7 +39,7 @@ from random import Random
 from typing import Any, TypeVar
 
 from conductor_core.outcome import Outcome
-from conductor_core.policy.base import PreviousRound
+from conductor_core.policy.base import PlanRequest, PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.train.exploration import offered_trainer_class, without_exploration
 from conductor_core.train.reward import ConductorReward, RoundState
@@ -317,10 +317,7 @@ def make_recursive_trainer_class():
                     problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
                     options = replace(self.options, worker_ids=tuple(offered))
                     request = plan_request(problem.question, pool_size, options, previous=previous)
-                    chat = tokenizer.apply_chat_template(
-                        plan_messages(request), tokenize=False, add_generation_prompt=True
-                    )
-                    prompts[source] = tokenizer(chat, add_special_tokens=False)["input_ids"]
+                    prompts[source] = prompt_token_ids(tokenizer, request)
                 ids.append(list(prompts[source]))
             return ids
 
@@ -332,6 +329,17 @@ def make_recursive_trainer_class():
             return loop
 
     return RecursiveGRPOTrainer
+
+
+def prompt_token_ids(tokenizer: Any, request: PlanRequest) -> list[int]:
+    """The token ids of the prompt asking for ``request``'s plan: its messages
+    (:func:`~conductor_core.workflow.prompts.plan_messages`; in a recursion round the round-1
+    prompt, the previous plan as the model's own turn, then the recursion turn) in the
+    tokenizer's chat template, ending with the generation prompt."""
+    chat = tokenizer.apply_chat_template(
+        plan_messages(request), tokenize=False, add_generation_prompt=True
+    )
+    return list(tokenizer(chat, add_special_tokens=False)["input_ids"])
 
 
 def previous_plan_text(

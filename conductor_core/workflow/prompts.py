@@ -1,9 +1,18 @@
-"""Prompts: the Conductor's prompt, the recursion round's prompt and the worker message.
+"""Prompts: the Conductor's prompt, the recursion round's messages and the worker message.
 
 The texts live in ``workflow/templates/*.txt`` (package data) and are filled with ``{{name}}``
 markers in one pass, so text such as a question containing ``{{models}}`` is never re-expanded.
-Bump :data:`PROMPT_VERSION` whenever a template changes: trained Conductors depend on the exact
-wording, and traces record the version.
+Bump :data:`PROMPT_VERSION` whenever a template or the layout of the messages changes: trained
+Conductors depend on the exact wording, and each saves the version it learned.
+
+A recursion round (a second round of :func:`~conductor_core.solve.solve`, where the Conductor
+keeps the previous answer or writes a new plan) is a conversation of three messages: the round-1
+prompt as a user turn (byte-identical to what round 1 was asked), the previous plan as the
+Conductor's own (assistant) turn, then a user turn with that plan's final answer and the
+instruction to write a new plan or three empty lists (keep). A model saved with prompt version 1
+or 2 learned it as one user message, the round-1 prompt followed by a section quoting the previous
+plan and answer; the plan sources that load a model folder read its version and still ask it that
+way (:func:`conductor_messages`, ``version``; a served model is asked in the current layout).
 
 Two prompt styles (:class:`PromptStyle`): ``full`` (the paper's prompt with worked examples) and
 ``compact`` (a short prompt for tiny models). Every plan source and the training data build the
@@ -43,16 +52,23 @@ __all__ = [
     "load_prompt_spec",
     "plan_messages",
     "prompt_digest",
-    "recursion_prompt",
     "save_prompt_spec",
     "worked_examples",
     "worker_message",
 ]
 
-PROMPT_VERSION = "2"
-"""Version of the prompts; bump it whenever a template's wording or the meaning of what is shown
-changes. 2: an offered subset of the pool is shown under its pool ids (1: renumbered 0..k-1).
-Saved with a trained model (:func:`save_prompt_spec`); loading does not check it."""
+PROMPT_VERSION = "3"
+"""Version of the prompts; bump it whenever a template's wording, the layout of the messages or
+the meaning of what is shown changes. 3: a recursion round shows the previous plan as the
+Conductor's own (assistant) turn, then the previous answer and the instruction as a new user turn
+(2: one user message, the round-1 prompt followed by a section quoting both). 2: an offered subset
+of the pool is shown under its pool ids (1: renumbered 0..k-1). Saved with a trained model
+(:func:`save_prompt_spec`); the plan sources that load a model folder ask it its recursion round
+in the layout of its saved version (:func:`conductor_messages`); the subset numbering of version 1
+is not reproduced."""
+
+_ONE_MESSAGE_RECURSION = frozenset({"1", "2"})
+"""Prompt versions whose recursion round is one user message (see :data:`PROMPT_VERSION`)."""
 
 PROMPT_SPEC_FILE = "conductor_prompt.json"
 """Written next to a trained Conductor's weights: how the model was asked during training."""
@@ -116,7 +132,9 @@ def load_prompt_spec(model_dir: str | Path) -> PromptSpec | None:
 
 
 _MARKER = re.compile(r"\{\{(\w+)\}\}")
-_EXAMPLE_SEPARATOR = "%%"
+_SEPARATOR = "%%"
+"""A line of its own that splits a template into parts: the worked examples, and a recursion
+template's quote of the previous plan (one-message layout only) from the recursion turn."""
 
 
 @cache
@@ -151,7 +169,7 @@ def worked_examples(access_mode: AccessMode | str = AccessMode.BINARY) -> list[s
     mode = AccessMode(access_mode)
     keep, drop = ("binary: ", "index: ") if mode is AccessMode.BINARY else ("index: ", "binary: ")
     examples: list[str] = []
-    for block in _template("examples").split(f"\n{_EXAMPLE_SEPARATOR}\n"):
+    for block in _template("examples").split(f"\n{_SEPARATOR}\n"):
         lines = []
         for line in block.strip("\n").splitlines():
             if line.startswith(drop):
@@ -214,44 +232,10 @@ def conductor_prompt(
     )
 
 
-def recursion_prompt(
-    question: str,
-    workers: OfferedWorkers,
-    previous_plan: str,
-    previous_answer: str,
-    *,
-    max_steps: int = 5,
-    access_mode: AccessMode | str = AccessMode.BINARY,
-    descriptors: Sequence[str] | None = None,
-) -> str:
-    """The Conductor's prompt for a further round: the usual prompt, then the previous plan and
-    its final answer, with the instruction to write a new plan or three empty lists (= keep)."""
-    base = conductor_prompt(
-        question,
-        workers,
-        max_steps=max_steps,
-        access_mode=access_mode,
-        descriptors=descriptors,
-    )
-    section = _fill(
-        _template("recursion"),
-        {"previous_plan": previous_plan.strip(), "previous_answer": previous_answer.strip()},
-    )
-    return f"{base}\n\n{section}"
-
-
-def compact_prompt(
-    question: str,
-    workers: OfferedWorkers,
-    *,
-    max_steps: int = 5,
-    previous_plan: str | None = None,
-    previous_answer: str | None = None,
-) -> str:
-    """The ``compact`` Conductor prompt (with the recursion section when a previous round is
-    given). The question comes last, next to where the plan starts, so that a tiny model can
-    attend to it."""
-    text = _fill(
+def compact_prompt(question: str, workers: OfferedWorkers, *, max_steps: int = 5) -> str:
+    """The ``compact`` Conductor prompt. The question comes last, next to where the plan starts,
+    so that a tiny model can attend to it."""
+    return _fill(
         _template("compact"),
         {
             "models": ", ".join(str(i) for i in offered_ids(workers)),
@@ -259,16 +243,19 @@ def compact_prompt(
             "question": question.strip(),
         },
     )
-    if previous_plan is None:
-        return text
-    section = _fill(
-        _template("compact_recursion"),
-        {
-            "previous_plan": previous_plan.strip(),
-            "previous_answer": (previous_answer or "").strip(),
-        },
-    )
-    return f"{text}\n\n{section}"
+
+
+def _recursion_parts(
+    style: PromptStyle, previous_plan: str, previous_answer: str
+) -> tuple[str, str]:
+    """The style's recursion template, filled, as (quote of the previous plan, recursion turn):
+    the one-message layout joins the two, the conversation sends the turn alone (the plan is the
+    assistant turn), so the wording of the two layouts cannot drift apart. The template is split
+    before it is filled, so a plan or answer holding the separator cannot move the cut."""
+    name = "compact_recursion" if style is PromptStyle.COMPACT else "recursion"
+    quote, turn = _template(name).split(f"{_SEPARATOR}\n")
+    values = {"previous_plan": previous_plan.strip(), "previous_answer": previous_answer.strip()}
+    return _fill(quote, values), _fill(turn, values)
 
 
 def conductor_messages(
@@ -281,47 +268,48 @@ def conductor_messages(
     descriptors: Sequence[str] | None = None,
     previous_plan: str | None = None,
     previous_answer: str | None = None,
+    version: str = PROMPT_VERSION,
 ) -> list[dict[str, str]]:
-    """The Conductor's prompt in chat form (one user message), in prompt ``style``.
+    """The chat messages asking the Conductor for a plan, in prompt ``style``.
 
-    With ``previous_plan`` and ``previous_answer`` it is the recursion round's prompt.
+    Without a previous round: one user message, the round-1 prompt (:func:`conductor_prompt` or
+    :func:`compact_prompt`). With ``previous_plan`` and ``previous_answer`` (a recursion round):
+    that same user message, ``previous_plan`` as the assistant's turn, and a user turn with
+    ``previous_answer`` and the instruction to write a new plan or three empty lists (keep). For
+    a model trained with an older prompt ``version`` (1 or 2) the recursion round is the one user
+    message it learned: the round-1 prompt, then the previous plan, answer and instruction.
     """
     if (previous_plan is None) != (previous_answer is None):
         raise ValueError("previous_plan and previous_answer: give both (a recursion round) or none")
-    if PromptStyle(style) is PromptStyle.COMPACT:
-        text = compact_prompt(
-            question,
-            workers,
-            max_steps=max_steps,
-            previous_plan=previous_plan,
-            previous_answer=previous_answer,
-        )
-    elif previous_plan is not None and previous_answer is not None:
-        text = recursion_prompt(
-            question,
-            workers,
-            previous_plan,
-            previous_answer,
-            max_steps=max_steps,
-            access_mode=access_mode,
-            descriptors=descriptors,
-        )
+    chosen = PromptStyle(style)
+    if chosen is PromptStyle.COMPACT:
+        first = compact_prompt(question, workers, max_steps=max_steps)
     else:
-        text = conductor_prompt(
+        first = conductor_prompt(
             question,
             workers,
             max_steps=max_steps,
             access_mode=access_mode,
             descriptors=descriptors,
         )
-    return [{"role": "user", "content": text}]
+    if previous_plan is None or previous_answer is None:
+        return [{"role": "user", "content": first}]
+    quote, turn = _recursion_parts(chosen, previous_plan, previous_answer)
+    if version in _ONE_MESSAGE_RECURSION:
+        return [{"role": "user", "content": f"{first}\n\n{quote}{turn}"}]
+    return [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": previous_plan.strip()},
+        {"role": "user", "content": turn},
+    ]
 
 
 def plan_messages(request: Any) -> list[dict[str, str]]:
     """The chat messages asking a Conductor for a plan for a ``PlanRequest``
     (``conductor_core.policy.base``): its offered workers under their pool ids, their
-    descriptions in descriptor mode, its prompt style, and the recursion prompt when
-    ``request.previous`` is set. Training data, evaluation and every plan source use this."""
+    descriptions in descriptor mode, its prompt style and version, and the recursion round's
+    conversation when ``request.previous`` is set (:func:`conductor_messages`). Training data,
+    evaluation and every plan source use this."""
     workers = list(request.workers)
     previous = request.previous
     return conductor_messages(
@@ -333,6 +321,7 @@ def plan_messages(request: Any) -> list[dict[str, str]]:
         descriptors=[w.description for w in workers] if request.descriptors else None,
         previous_plan=previous.plan if previous is not None else None,
         previous_answer=(previous.answer or "") if previous is not None else None,
+        version=request.prompt_version,
     )
 
 

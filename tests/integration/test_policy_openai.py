@@ -143,7 +143,10 @@ def test_recursion_round_allows_keep_and_shows_previous(server, fake) -> None:
     result = _run(OpenAIPlanSource(server[0], "conductor-tiny"), _request(previous=previous))
     assert result.ok, result.error
     assert result.workflow.is_keep
-    assert "the answer is 42" in fake.requests[-1]["messages"][-1]["content"]
+    sent = fake.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"] == PLAN.strip()  # the previous plan as the Conductor's own turn
+    assert "the answer is 42" in sent[-1]["content"]
 
 
 def test_model_resolved_from_v1_models(server, fake) -> None:

@@ -87,14 +87,23 @@ def test_concurrent_plans_queue_on_the_lock(source: TransformersPlanSource) -> N
     assert all(r.output_tokens >= 1 for r in results)
 
 
-def test_prompt_uses_chat_template_and_recursion_prompt(source: TransformersPlanSource) -> None:
+def test_prompt_uses_chat_template_and_recursion_turns(source: TransformersPlanSource) -> None:
     first = source.prompt_text(_request())
     assert first.startswith("<|im_start|>user\n")
     assert first.endswith("<|im_start|>assistant\n")
     assert "What is 12 * 7?" in first
     previous = PreviousRound(plan="model_id = [0]", answer="ANSWER-84")
-    again = source.prompt_text(_request(previous=previous))
-    assert "ANSWER-84" in again and "ANSWER-84" not in first
+    request = _request(previous=previous)
+    again = source.prompt_text(request)
+    # round 1's prompt (less its generation prompt), the plan as the model's own turn, the
+    # recursion turn with the answer, then the generation prompt
+    turn = plan_messages(request)[-1]["content"]
+    assert "ANSWER-84" in turn and "ANSWER-84" not in first
+    head = first.removesuffix("<|im_start|>assistant\n")
+    assert again == (
+        f"{head}<|im_start|>assistant\nmodel_id = [0]<|im_end|>\n"
+        f"<|im_start|>user\n{turn}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_plan_messages_descriptor_mode() -> None:
@@ -161,3 +170,29 @@ def test_a_trained_model_is_asked_in_the_style_saved_with_it(model_dir: Path, tm
     assert compact_prompt("What is 12 * 7?", 3) not in plain.prompt_text(_request())
     forced = TransformersPlanSource(model_dir, max_new_tokens=2, prompt_style="compact")
     assert compact_prompt("What is 12 * 7?", 3) in forced.prompt_text(_request())
+
+
+def test_a_model_of_an_older_prompt_version_is_asked_its_recursion_round_as_it_learned(
+    model_dir: Path, tmp_path
+) -> None:
+    """A model saved with prompt version 2 learned the recursion round as one user message."""
+    import json
+    import shutil
+
+    from conductor_core.policy.vllm_batch import VLLMBatchPlanSource
+    from conductor_core.workflow.prompts import PROMPT_SPEC_FILE, save_prompt_spec
+
+    older = tmp_path / "older"
+    shutil.copytree(model_dir, older)
+    save_prompt_spec(older, "full")
+    spec = older / PROMPT_SPEC_FILE
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "prompt_version": "2"}))
+    request = _request(previous=PreviousRound(plan="model_id = [0]", answer="ANSWER-84"))
+    src = TransformersPlanSource(older, max_new_tokens=2)
+    assert src.prompt_version == "2"
+    text = src.prompt_text(request)
+    assert text.count("<|im_start|>") == 2  # one user message, then the generation prompt
+    assert "<previous_plan>\nmodel_id = [0]\n</previous_plan>" in text
+    current = TransformersPlanSource(model_dir, max_new_tokens=2, prompt_version="3")
+    assert current.prompt_text(request).count("<|im_start|>") == 4
+    assert VLLMBatchPlanSource(older).prompt_version == "2"  # reads the spec; no vLLM needed

@@ -106,6 +106,30 @@ def test_chat_template(loaded) -> None:
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in ids
 
 
+def test_chat_template_renders_a_recursion_round(loaded) -> None:
+    """The previous plan is rendered as the model's own turn, the recursion turn after it, and
+    the generation prompt last."""
+    from conductor_core.workflow.prompts import conductor_messages
+
+    tokenizer, _ = loaded
+    plan = PLAN.render()
+    messages = conductor_messages(
+        "What is 2+2?", 2, style="compact", previous_plan=plan, previous_answer="4"
+    )
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    first, _, turn = (m["content"] for m in messages)
+    assert text == (
+        f"<|im_start|>user\n{first}<|im_end|>\n"
+        f"<|im_start|>assistant\n{plan}<|im_end|>\n"
+        f"<|im_start|>user\n{turn}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    # the ids hold the plan as the model writes it: its tokens, then the end-of-turn token
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    written = tokenizer(plan, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert any(ids[i : i + len(written)] == written for i in range(len(ids)))
+
+
 def test_same_seed_same_model(built, tmp_path: Path) -> None:
     again = tiny.build_tiny_conductor(tmp_path / "again")
     assert (again / "tokenizer.json").read_bytes() == (built[0] / "tokenizer.json").read_bytes()

@@ -10,11 +10,11 @@ from conductor_core.workflow.model import AccessMode, Workflow
 from conductor_core.workflow.parser import parse_plan
 from conductor_core.workflow.prompts import (
     PROMPT_VERSION,
+    compact_prompt,
     conductor_messages,
     conductor_prompt,
     plan_messages,
     prompt_digest,
-    recursion_prompt,
     worked_examples,
     worker_message,
 )
@@ -100,36 +100,109 @@ def test_question_markers_are_not_expanded() -> None:
     assert "What does {{models}} mean?" in prompt
 
 
-def test_recursion_prompt_shows_previous_plan_and_answer() -> None:
-    plan = 'model_id = [1]\nsubtasks = ["Count the weekdays."]\naccess_list = [[]]'
-    prompt = recursion_prompt(QUESTION, 3, plan, "23 weekdays")
-    assert prompt.startswith(conductor_prompt(QUESTION, 3))
-    assert f"<previous_plan>\n{plan}\n</previous_plan>" in prompt
-    assert "<previous_answer>\n23 weekdays\n</previous_answer>" in prompt
-    assert "model_id = []\nsubtasks = []\naccess_list = []" in prompt
-    keep = parse_plan(prompt, workers=3, allow_empty=True)
-    assert keep == Workflow(steps=())
+PLAN = 'model_id = [1]\nsubtasks = ["Count the weekdays."]\naccess_list = [[]]'
+
+FULL_TURN = (
+    "The final answer of that plan was:\n<previous_answer>\n23 weekdays\n</previous_answer>\n\n"
+    "Decide whether that answer can be improved. If it can, write a new plan in the same format; "
+    'a step whose access list is ["all"] also sees the previous final answer. If the answer '
+    "should stand, keep it by ending your reply with three empty lists:\n"
+    "model_id = []\nsubtasks = []\naccess_list = []"
+)
+COMPACT_TURN = (
+    "Previous answer:\n23 weekdays\nWrite a new plan, or three empty lists to keep the answer."
+)
+
+
+@pytest.mark.parametrize(
+    ("style", "first", "turn"),
+    [
+        ("full", conductor_prompt(QUESTION, 3), FULL_TURN),
+        ("compact", compact_prompt(QUESTION, 3), COMPACT_TURN),
+    ],
+    ids=["full", "compact"],
+)
+def test_recursion_round_is_the_round_1_prompt_the_plan_then_the_recursion_turn(
+    style, first, turn
+) -> None:
+    """Version 3: the Conductor sees its previous plan as its own turn, then the answer."""
+    messages = conductor_messages(
+        QUESTION, 3, style=style, previous_plan=f"\n{PLAN}\n", previous_answer=" 23 weekdays\n"
+    )
+    assert messages == [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": PLAN},
+        {"role": "user", "content": turn},
+    ]
+    # round 1 is asked exactly as a request without a previous round
+    assert messages[:1] == conductor_messages(QUESTION, 3, style=style)
+    assert "Count the weekdays" not in messages[2]["content"]  # the plan is not quoted again
+
+
+def test_the_full_recursion_turn_shows_the_keep_plan() -> None:
+    assert parse_plan(FULL_TURN, workers=3, allow_empty=True) == Workflow(steps=())
+
+
+def test_a_model_of_an_older_prompt_version_is_asked_in_one_message() -> None:
+    """Prompt versions 1 and 2 learned the recursion round as one user message (its text is
+    unchanged since then): the round-1 prompt, the quoted plan, then the same recursion turn."""
+    full = conductor_messages(
+        QUESTION, 3, previous_plan=PLAN, previous_answer="23 weekdays", version="2"
+    )
+    assert full == [
+        {
+            "role": "user",
+            "content": f"{conductor_prompt(QUESTION, 3)}\n\nThis is a further round for the same "
+            f"question. Your previous plan was:\n<previous_plan>\n{PLAN}\n</previous_plan>\n\n"
+            f"{FULL_TURN}",
+        }
+    ]
+    compact = conductor_messages(
+        QUESTION, 3, style="compact", previous_plan=PLAN, previous_answer="23 weekdays", version="1"
+    )
+    assert compact == [
+        {
+            "role": "user",
+            "content": f"{compact_prompt(QUESTION, 3)}\n\nPrevious plan:\n{PLAN}\n{COMPACT_TURN}",
+        }
+    ]
+    # the layout does not matter for round 1
+    assert conductor_messages(QUESTION, 3, version="2") == conductor_messages(QUESTION, 3)
+
+
+def test_a_separator_in_the_previous_round_does_not_split_the_template() -> None:
+    messages = conductor_messages(QUESTION, 2, previous_plan="p\n%%\nq", previous_answer="%%\nx")
+    assert messages[1]["content"] == "p\n%%\nq"
+    assert "<previous_answer>\n%%\nx\n</previous_answer>" in messages[2]["content"]
 
 
 def test_conductor_messages() -> None:
     msgs = conductor_messages(QUESTION, 2)
     assert msgs == [{"role": "user", "content": conductor_prompt(QUESTION, 2)}]
-    rec = conductor_messages(QUESTION, 2, previous_plan="p", previous_answer="a")
-    assert rec[0]["content"] == recursion_prompt(QUESTION, 2, "p", "a")
     with pytest.raises(ValueError, match="previous_plan"):
         conductor_messages(QUESTION, 2, previous_plan="p")
 
 
 def test_plan_messages_from_a_request() -> None:
+    from dataclasses import replace
+
     from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
 
     workers = (WorkerInfo(0, "fast"), WorkerInfo(1, "slow"))
     req = PlanRequest(question=QUESTION, workers=workers, max_steps=3, descriptors=True)
-    assert plan_messages(req)[0]["content"] == conductor_prompt(
+    assert plan_messages(req) == conductor_messages(
         QUESTION, 2, max_steps=3, descriptors=["fast", "slow"]
     )
     req = PlanRequest(question=QUESTION, workers=workers, previous=PreviousRound("p", "a"))
-    assert plan_messages(req)[0]["content"] == recursion_prompt(QUESTION, 2, "p", "a")
+    assert plan_messages(req) == conductor_messages(
+        QUESTION, 2, previous_plan="p", previous_answer="a"
+    )
+    assert [m["role"] for m in plan_messages(req)] == ["user", "assistant", "user"]
+    older = replace(req, prompt_version="2")  # a model saved with version 2
+    assert plan_messages(older) == conductor_messages(
+        QUESTION, 2, previous_plan="p", previous_answer="a", version="2"
+    )
+    assert len(plan_messages(older)) == 1
 
 
 _STEP = re.compile(
@@ -182,22 +255,14 @@ def test_prompt_digest_and_version() -> None:
 
 def test_compact_prompt_text_is_stable() -> None:
     """Tiny models are trained on this exact text (and their tokenizer corpus holds it)."""
-    from conductor_core.workflow.prompts import compact_prompt
-
     assert compact_prompt("  What is 2+2?\n", 3, max_steps=5) == (
         "Models: 0, 1, 2. Write a plan of at most 5 steps as three lists: model_id, subtasks, "
         "access_list.\n\nQuestion:\nWhat is 2+2?"
-    )
-    again = compact_prompt("Q", 2, previous_plan="model_id = []\n", previous_answer=None)
-    assert again.endswith(
-        "\n\nPrevious plan:\nmodel_id = []\nPrevious answer:\n\n"
-        "Write a new plan, or three empty lists to keep the answer."
     )
 
 
 def test_plan_messages_use_the_request_style() -> None:
     from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
-    from conductor_core.workflow.prompts import compact_prompt, plan_messages
 
     workers = (WorkerInfo(0), WorkerInfo(1))
     full = PlanRequest(question=QUESTION, workers=workers)
@@ -208,9 +273,15 @@ def test_plan_messages_use_the_request_style() -> None:
     again = PlanRequest(
         question=QUESTION, workers=workers, prompt_style="compact", previous=previous
     )
-    assert plan_messages(again)[0]["content"] == compact_prompt(
-        QUESTION, 2, previous_plan="p", previous_answer=""
-    )
+    assert plan_messages(again) == [
+        {"role": "user", "content": compact_prompt(QUESTION, 2)},
+        {"role": "assistant", "content": "p"},
+        {
+            "role": "user",
+            "content": "Previous answer:\n\nWrite a new plan, or three empty lists "
+            "to keep the answer.",
+        },
+    ]
 
 
 def test_prompt_spec_saved_and_read_back(tmp_path) -> None:

@@ -1,7 +1,7 @@
 """The recursive GRPO stage's arithmetic without training: forced pairs, round-2 advantages
 measured against keeping, balanced sources, keep plans, the paper profile's batch composition
-and discount, and the ``init_from`` check (the stages trained on a tiny CPU model:
-tests/integration/test_train_grpo.py)."""
+and discount, the round-2 prompt ids, and the ``init_from`` check (the stages trained on a tiny
+CPU model: tests/integration/test_train_grpo.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from conductor_core.train.recursive import (
     forced_pairs,
     is_keep_text,
     pair_rows,
+    prompt_token_ids,
 )
 from tests.support.train_configs import small
 
@@ -113,3 +114,36 @@ def test_init_from_must_be_a_model_dir(tmp_path):
     config = small(tmp_path / "x", stage="adaptive", init_from=str(tmp_path))
     with pytest.raises(ConfigError, match="init_from"):
         initial_model_dir(config, [], 4)
+
+
+def test_round_2_prompt_ids_hold_the_round_1_prompt_the_plan_and_the_recursion_turn(tmp_path):
+    """What the recursive trainer generates round 2 from: the round-1 prompt's ids unchanged,
+    the round-1 plan as the model's own turn (its tokens and end-of-turn token, as it wrote
+    them), the recursion turn, then the generation prompt."""
+    from transformers import AutoTokenizer
+
+    from conductor_core.policy.base import PreviousRound
+    from conductor_core.policy.tiny import build_tiny_conductor
+    from conductor_core.solve import SolveOptions, plan_request
+    from conductor_core.train.warmup import completion_token_ids
+    from conductor_core.workflow.prompts import plan_messages
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_conductor(tmp_path / "tiny"))
+    options = SolveOptions(max_steps=2, prompt_style="compact", worker_ids=(1, 3))
+    plan = 'model_id = [3]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+    previous = PreviousRound(plan=plan, answer="\\boxed{4}")
+    first = plan_request("What is 2+2?", 4, options)
+    second = plan_request("What is 2+2?", 4, options, previous=previous)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    ids = prompt_token_ids(tokenizer, second)
+    round_1 = prompt_token_ids(tokenizer, first)  # ends with the generation prompt
+    written = completion_token_ids(tokenizer, plan)  # as the model wrote it in round 1
+    assert ids[: len(round_1) + len(written)] == round_1 + written
+    turn = plan_messages(second)[-1]["content"]
+    assert "\\boxed{4}" in turn
+    assert ids[len(round_1) + len(written) :] == encode(
+        f"\n<|im_start|>user\n{turn}<|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -38,11 +38,16 @@ def test_synthetic_plans_parse_and_use_every_worker():
 def test_warmup_texts_mix_in_recursion_rounds():
     config = build_config({"experimental": {"warmup_recursion_fraction": 0.5}}, profile="tiny")
     pairs = warmup_texts(PROBLEMS, 4, config, 200, seed=1)
-    recursion = [(m, p) for m, p in pairs if "Previous plan:" in m[0]["content"]]
+    # a recursion round: the round-1 prompt, the previous plan as the model's turn, the answer
+    recursion = [(m, p) for m, p in pairs if len(m) == 3]
     assert 60 < len(recursion) < 140
+    assert all([r["role"] for r in m] == ["user", "assistant", "user"] for m, _ in recursion)
+    assert all(m[2]["content"].startswith("Previous answer:") for m, _ in recursion)
+    for m, _ in recursion:
+        parse_plan(m[1]["content"], workers=4)  # the previous plan is a valid plan
     keeps = [p for _, p in recursion if p == KEEP_PLAN]
     assert 0 < len(keeps) < len(recursion)
-    assert all(p != KEEP_PLAN for m, p in pairs if "Previous plan:" not in m[0]["content"])
+    assert all(len(m) == 1 and p != KEEP_PLAN for m, p in pairs if len(m) != 3)
     for _, p in pairs:
         parse_plan(p, workers=4, allow_empty=True)
 
