@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from conductor_core.errors import ConfigError, require
+from conductor_core.workflow.prompts import PROMPT_VERSION
 
 PAD_TOKEN = "<pad>"
 IM_START = "<|im_start|>"
@@ -53,14 +54,22 @@ def default_tiny_dir(*, build: bool = True) -> Path:
 
     The location is ``$CONDUCTOR_HOME/tiny-conductor`` when ``CONDUCTOR_HOME`` is set, else
     ``~/.cache/conductor/tiny-conductor``. With ``build=True`` (the default) the model is built
-    there if it is missing or incomplete.
+    there if it is missing, incomplete, or built for other prompts (its tokenizer learned the
+    prompt texts of the version in its marker).
     """
     home = os.environ.get("CONDUCTOR_HOME")
     root = Path(home).expanduser() if home else Path.home() / ".cache" / "conductor"
     path = root / "tiny-conductor"
-    if build and not is_tiny_dir(path):
+    if build and not (is_tiny_dir(path) and _marker(path).get("prompt_version") == PROMPT_VERSION):
         build_tiny_conductor(path)
     return path
+
+
+def _marker(path: Path) -> dict:
+    try:
+        return json.loads((path / MARKER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def is_tiny_dir(path: str | Path) -> bool:
@@ -111,6 +120,7 @@ def build_tiny_conductor(
             "vocab": len(tokenizer),
             "seed": seed,
             "parameters": sum(p.numel() for p in model.parameters()),
+            "prompt_version": PROMPT_VERSION,
         }
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
         if out.exists():

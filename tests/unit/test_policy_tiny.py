@@ -12,7 +12,7 @@ from conductor_core.errors import ConfigError
 from conductor_core.policy import tiny
 from conductor_core.workflow.model import Step, Workflow
 from conductor_core.workflow.parser import parse_plan
-from conductor_core.workflow.prompts import conductor_prompt
+from conductor_core.workflow.prompts import PROMPT_VERSION, conductor_prompt
 
 PLAN = Workflow(
     steps=(
@@ -183,3 +183,9 @@ def test_default_tiny_dir_builds_once(monkeypatch, tmp_path: Path) -> None:
     assert first == second == tmp_path / "tiny-conductor"
     assert tiny.is_tiny_dir(first)
     assert calls == [first]
+    # A cached build whose tokenizer learned older prompts is built again.
+    marker = first / tiny.MARKER_FILE
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "prompt_version": "2"}))
+    assert tiny.default_tiny_dir() == first
+    assert calls == [first, first]
+    assert json.loads(marker.read_text())["prompt_version"] == PROMPT_VERSION
