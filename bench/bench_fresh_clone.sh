@@ -25,6 +25,7 @@ timed() {  # timed NAME COMMAND...: runs it, prints wall, CPU and pytest's last 
   printf '%s: exit %s, wall %d min %02d s, CPU %.1f min\n' "$name" "$rc" \
     $(((end - start) / 60)) $(((end - start) % 60)) "$(awk -v u="${user:-0}" -v s="${sys:-0}" 'BEGIN {print (u + s) / 60}')"
   grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$log" | tail -n 1 || true
+  grep -E "^(FAILED|ERROR) " "$log" || true
   grep -A 16 "slowest" "$log" || true
   return 0
 }

@@ -321,11 +321,14 @@ def run_local(
     backend_ctx = _backend(name, root, kfp_root, containers)
     with backend_ctx as backend, log_path.open("w", encoding="utf-8") as log:
         # KFP's workspace folder goes under the run's root: by default it is a new temporary
-        # folder per run that nothing removes.
+        # folder, removed after a pipeline run but left behind by a run killed or stopped before
+        # its pipeline starts. KFP creates only its default one.
+        workspace = root / "kfp-workspace"
+        workspace.mkdir(parents=True, exist_ok=True)
         kfp.local.init(
             runner=backend.runner,
             pipeline_root=str(kfp_root),
-            workspace_root=str(root / "kfp-workspace"),
+            workspace_root=str(workspace),
             raise_on_error=True,
         )
         watcher = _TaskWatcher(log, on_event)
