@@ -311,9 +311,9 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "shuffle_dataset": True,
         "remove_unused_columns": False,
         "use_vllm": use_vllm,
+        # Always passed: TRL turns it on when not told (a tiny model recomputed for nothing).
+        "gradient_checkpointing": config.gradient_checkpointing,
     }
-    if config.gradient_checkpointing:
-        kwargs["gradient_checkpointing"] = True
     if launch.distributed and device == "cpu":
         kwargs["ddp_backend"] = "gloo"
     if use_vllm:

@@ -240,6 +240,16 @@ def test_num_iterations_reuses_each_scored_batch(make_trainer, tmp_path):
     assert generations == [0, 2]
 
 
+@pytest.mark.parametrize("on", [False, True])
+def test_gradient_checkpointing_is_what_the_config_says(make_trainer, tmp_path, on):
+    """TRL's own default is on: left unset, a tiny model recomputed its activations for nothing."""
+    config = small(tmp_path, steps=1, questions_per_step=2, plans_per_question=GROUP)
+    trainer = make_trainer(config.model_copy(update={"gradient_checkpointing": on}))
+    trainer.train()
+    layers = [m for m in trainer.model.modules() if hasattr(m, "gradient_checkpointing")]
+    assert layers and all(m.gradient_checkpointing is on for m in layers)
+
+
 # --------------------------------------------------------------------------------------------
 # The learning-rate warm-up
 
