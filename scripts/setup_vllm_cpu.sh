@@ -39,8 +39,9 @@ echo "setup-vllm: installing $WANT into $VENV (first time: about 75 s, ~590 MB)"
 # The log sits beside the venv: a failed install removes the venv (a partial one is useless and
 # holds gigabytes that the image build may need, as on a machine whose disk filled up).
 LOG="$VENV.install.log"
-if ! "$VENV/bin/python" -m pip install --disable-pip-version-check "$TORCH_PIN" "$VLLM_PIN" \
-  >"$LOG" 2>&1; then
+# --no-compile as in setup.sh: the server imports a small part of what pip would byte-compile.
+if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile \
+  "$TORCH_PIN" "$VLLM_PIN" >"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 20 >&2
   rm -rf "$VENV"
   echo "setup-vllm: error: pip could not install $WANT (full log: $LOG; the partial venv removed)" >&2
