@@ -30,6 +30,22 @@ PAPER_SETS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
     "bigcodebench": ("bigcodebench", "complete", {"subset": "hard"}),
 }
 
+#: benchmark key -> runs per problem in the presets. The paper repeats each run "up to 16 times"
+#: without saying how often per benchmark; here each benchmark gets at least about 500 graded
+#: attempts (repeats = min(16, ceil(500 / problems))), so that the small sets are not the noisy
+#: ones: AIME 2025 (30) 16, MATH500's 100 5, BigCodeBench hard (148) 4, GPQA-Diamond (198) and
+#: LiveCodeBench v6's new problems (about 175) 3, the MMLU and RLPR held-out parts (over 1,000
+#: each) 1. `--repeats` on the command line overrides them all.
+PAPER_REPEATS: dict[str, int] = {
+    "math500": 5,
+    "mmlu": 1,
+    "rlpr": 1,
+    "livecodebench": 3,
+    "aime2025": 16,
+    "gpqa_diamond": 3,
+    "bigcodebench": 4,
+}
+
 PRESETS = ("paper-main", "paper-constrained")
 
 
@@ -61,7 +77,7 @@ def preset_configs(name: str, overrides: dict[str, Any] | None = None) -> list[d
             "pool": pool,
             "setting": setting,
             "conductor_name": "conductor",
-            "repeats": 1,
+            "repeats": PAPER_REPEATS[key],
         }
         cfg = deep_merge(cfg, {k: v for k, v in (overrides or {}).items() if k != "benchmark"})
         cfg["output_dir"] = f"{base_out}/{key}"

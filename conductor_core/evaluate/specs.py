@@ -100,7 +100,7 @@ def _moa(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
     args = _ints(arg.split(":"), spec) if arg else []
     layers = args[0] if args else 1
-    agg = _check_worker(args[1] if len(args) > 1 else len(ctx.pool) - 1, ctx.pool, spec)
+    agg = _check_worker(args[1] if len(args) > 1 else ctx.pool.aggregator_id(), ctx.pool, spec)
     source = mixture_of_agents(list(range(len(ctx.pool))), agg, layers)
     return [PlanSourceMethod(f"moa:{layers}", source, ctx.bounded(64))]
 
@@ -241,7 +241,7 @@ BASELINES: dict[str, Baseline] = {
             (
                 "moa[:L[:A]]",
                 "mixture-of-agents: every worker proposes (L layers, default 1), worker A "
-                "aggregates (default: the last worker)",
+                "aggregates (default: the pool's `aggregator`, else its last worker)",
             ),
         ),
         _moa,

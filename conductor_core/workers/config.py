@@ -182,9 +182,29 @@ class PoolConfig(BaseModel):
         "run --baselines single` prints): the unit of the cost-aware training reward "
         "(`reward.cost_weight`; `reward.cost_reference` overrides it). `null`: none given.",
     )
+    aggregator: str | None = Field(
+        default=None,
+        description="Name of the worker that synthesises the answers in the mixture-of-agents "
+        "baseline (`moa`; `moa:L:A` picks another). `null`: the last worker. Name the pool's "
+        "strongest model: a weak aggregator understates the baseline.",
+    )
+
+    @model_validator(mode="after")
+    def _aggregator_is_a_worker(self) -> PoolConfig:
+        names = [w.name for w in self.workers]
+        if self.aggregator is not None and self.aggregator not in names:
+            raise ValueError(
+                f"aggregator '{self.aggregator}' is not a worker of this pool ({', '.join(names)})"
+            )
+        return self
 
     def __len__(self) -> int:
         return len(self.workers)
+
+    def aggregator_id(self) -> int:
+        """The id of the mixture-of-agents aggregator (:attr:`aggregator`, else the last)."""
+        names = [w.name for w in self.workers]
+        return names.index(self.aggregator) if self.aggregator else len(names) - 1
 
     def with_profile(self, name: str) -> PoolConfig:
         """A copy in which every worker uses its generation profile ``name`` (if it has one)."""

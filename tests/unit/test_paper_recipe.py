@@ -13,9 +13,11 @@ from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.tasks.problem import Domain, Problem
 from conductor_core.tasks.sources import load_benchmark
 from conductor_core.tasks.sources import local as local_mod
+from conductor_core.workers.config import load_pool
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "paper"
 BENCH = Path(__file__).resolve().parent.parent / "fixtures" / "benchmarks"
+PAPER_POOL = Path(local_mod.__file__).parents[2] / "resources/pools/paper.yaml"
 
 
 @pytest.fixture
@@ -33,6 +35,15 @@ def test_paper_configs_curate_on_fixtures(data_dir, tmp_path, name):
         assert set(by_source) == {"math", "mmlu", "rlpr", "livecodebench"}
         removed = result.stats["filters"]["decontaminate"]["examples"]
         assert any("math500" in r["reason"] for r in removed)
+        # MATH from the paper's re-split: the 400 side only, the evaluated 100 never.
+        from conductor_core.tasks.problem import read_problems
+        from conductor_core.tasks.sources.math_sources import math500_subset_ids
+
+        kept = [*read_problems(result.train_path), *read_problems(result.validation_path)]
+        math = [p for p in kept if p.source == "math500"]
+        held = {f"math500/{i}" for i in math500_subset_ids("paper100")}
+        assert math and not {p.id for p in math} & held
+        assert "math500/test/number_theory/9999.json" not in {p.id for p in math}
     else:
         assert set(by_source) == {"livecodebench", "rlpr"}
 
@@ -61,18 +72,45 @@ def test_missing_local_copies_one_line(monkeypatch, tmp_path):
 
 
 def test_env_var_overrides_one_source(monkeypatch):
-    monkeypatch.setenv("CONDUCTOR_DATA_MATH", "/x/y")
+    monkeypatch.setenv("CONDUCTOR_DATA_MATH500", "/x/y")
     assert load_config("paper-train").sources[0].path == "/x/y"
 
 
 def test_paper_pool_loads():
-    from conductor_core.workers.config import load_pool
 
-    pool = load_pool(Path(local_mod.__file__).parents[2] / "resources/pools/paper.yaml")
-    assert len(pool) == 6
+    pool = load_pool(PAPER_POOL)
+    assert len(pool) == 7  # eight calls for mixture-of-agents, as in the paper
     assert pool.workers[0].api_key_env == "OPENAI_API_KEY"
+    for setting in ("constrained", "unconstrained"):
+        plain, thinking = pool.with_profile(setting).workers[5:7]
+        # One model on one server, in its two modes.
+        assert (plain.model, plain.endpoint) == (thinking.model, thinking.endpoint)
+        assert plain.params.extra["chat_template_kwargs"] == {"enable_thinking": False}
+        assert thinking.params.extra["chat_template_kwargs"] == {"enable_thinking": True}
     c = pool.with_profile("constrained").workers[5].params
     assert (c.max_tokens, c.temperature, c.reasoning_effort) == (4096, 0.2, "minimal")
+
+
+def test_mixture_of_agents_aggregates_with_the_pool_named_worker():
+    import asyncio
+
+    from conductor_core.evaluate.specs import build_baselines
+    from conductor_core.policy.base import PlanRequest
+    from conductor_core.workers.config import parse_pool
+
+    def aggregator(pool, spec="moa"):
+        (method,) = build_baselines([spec], pool)
+        plan = asyncio.run(method.source.plan(PlanRequest(question="q", workers=())))
+        return plan.workflow.steps[-1].worker
+
+    paper = load_pool(PAPER_POOL)
+    assert paper.aggregator == "GPT-5" and aggregator(paper) == 0
+    assert aggregator(paper, "moa:1:4") == 4  # the spec still picks another
+    plain = paper.model_copy(update={"aggregator": None})
+    assert aggregator(plain) == 6  # no name: the last worker
+    data = {"workers": [w.model_dump() for w in paper.workers], "aggregator": "GPT-6"}
+    with pytest.raises(ConfigError, match="aggregator 'GPT-6' is not a worker"):
+        parse_pool(data)
 
 
 def test_paper_profile_defaults_and_refusal():
@@ -94,8 +132,14 @@ def test_math500_paper100_and_parts():
 
     ids = math500_subset_ids("paper100")
     assert len(ids) == len(set(ids)) == 100
-    with pytest.raises(ConductorError, match="not in the data"):
-        load_benchmark("math500", path=str(BENCH / "math500.jsonl"), subset="paper100")
+    for option in ("subset", "exclude"):
+        with pytest.raises(ConductorError, match=f"of {option} 'paper100' are not in the data"):
+            load_benchmark("math500", path=str(BENCH / "math500.jsonl"), **{option: "paper100"})
+    path = str(FIX / "math500")
+    held = load_benchmark("math500", path=path, subset="paper100")
+    rest = load_benchmark("math500", path=path, exclude="paper100")
+    assert [p.id for p in held] == [f"math500/{i}" for i in ids]
+    assert len(rest) == 9 and not {p.id for p in held} & {p.id for p in rest}
     train = load_benchmark("rlpr", path=str(FIX / "rlpr"), part="train")
     held = load_benchmark("rlpr", path=str(FIX / "rlpr"), part="heldout")
     assert held and not {p.id for p in train} & {p.id for p in held}
@@ -119,6 +163,9 @@ def test_preset_and_paper_column(monkeypatch, tmp_path):
     monkeypatch.setenv("CONDUCTOR_DATA_DIR", str(FIX))
     dicts = preset_configs("paper-main", {"shard": {"index": 0, "count": 2}})
     assert len(dicts) == 7 and all(d["setting"] == "unconstrained" for d in dicts)
+    repeats = {d["output_dir"].rsplit("/", 1)[1]: d["repeats"] for d in dicts}
+    assert repeats["aime2025"] == 16 and repeats["math500"] == 5 and repeats["mmlu"] == 1
+    assert {d["repeats"] for d in preset_configs("paper-main", {"repeats": 2})} == {2}
     assert {d["benchmark"] for d in dicts} >= {"math500", "bigcodebench", "gpqa_diamond"}
     del Stats, Summary
     assert callable(paper_table)

@@ -54,7 +54,7 @@ INFO: dict[str, BenchmarkInfo] = {
             "math",
             "HuggingFaceH4/MATH-500",
             "problem, solution, answer, subject, level, unique_id",
-            "subset (paper100 or an id file)",
+            "subset (paper100 or an id file), exclude (the same kinds)",
             "math_sources:load_math500",
         ),
         BenchmarkInfo(

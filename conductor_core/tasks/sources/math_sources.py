@@ -74,8 +74,8 @@ def math500_subset_ids(subset: str) -> list[str]:
         f = Path(subset).expanduser()
         if not f.is_file():
             raise BenchmarkSourceError(
-                f"math500: option 'subset' must be one of {', '.join(MATH500_SUBSETS)} or a file "
-                f"of unique_ids, got {subset!r}"
+                f"math500: options 'subset' and 'exclude' take one of "
+                f"{', '.join(MATH500_SUBSETS)} or a file of unique_ids, got {subset!r}"
             )
         text = f.read_text(encoding="utf-8")
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
@@ -85,24 +85,33 @@ def load_math500(path: str | None, split: str | None, **options: Any) -> list[Pr
     """MATH500: columns problem, solution, answer, subject, level, unique_id.
 
     Option ``subset``: ``paper100`` (the fixed 100-question split of the paper's evaluation,
-    shipped in resources/eval/math500_paper100.txt) or a file of ``unique_id``s; every listed id
-    must be present in the data.
+    shipped in resources/eval/math500_paper100.txt) or a file of ``unique_id``s: only those. Option
+    ``exclude``: the same kind of list, left out (``exclude: paper100`` is the other side of the
+    paper's re-split, the 400 questions its MATH training data come from). Every listed id must be
+    present in the data, so that a partial copy cannot pass for the split.
     """
     subset = options.pop("subset", None)
+    exclude = options.pop("exclude", None)
     hub = hub_override(MATH500_HUB, options)
     rows = load_rows(
         "math500", path=path, hub=hub, split=split, required=["problem", "answer", "unique_id"]
     )
-    if subset is not None:
-        wanted = math500_subset_ids(str(subset))
-        by_id = {str(r["unique_id"]): r for r in rows}
-        absent = [i for i in wanted if i not in by_id]
+    by_id = {str(r["unique_id"]): r for r in rows}
+    for option, name in (("subset", subset), ("exclude", exclude)):
+        if name is None:
+            continue
+        listed = math500_subset_ids(str(name))
+        absent = [i for i in listed if i not in by_id]
         if absent:
             raise BenchmarkSourceError(
-                f"math500: {len(absent)} id(s) of subset '{subset}' are not in the data "
+                f"math500: {len(absent)} id(s) of {option} '{name}' are not in the data "
                 f"(e.g. {absent[0]}); give the full MATH-500 test split"
             )
-        rows = [by_id[i] for i in wanted]
+        if option == "subset":
+            rows = [by_id[i] for i in listed]
+        else:
+            left_out = set(listed)
+            rows = [r for r in rows if str(r["unique_id"]) not in left_out]
     return [
         Problem(
             id=f"math500/{row['unique_id']}",
