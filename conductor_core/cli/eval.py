@@ -247,7 +247,7 @@ def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
 
 @command.command("fit-router")
 @click.argument("kind", type=click.Choice(["routerdc", "masrouter"]))
-@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("records", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--problems",
     "problems_path",
@@ -258,10 +258,27 @@ def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
 @click.option("--pool", "pool_path", default=None, help="Pool YAML (default: the bundled one).")
 @click.option("--encoder", default=None, help="Sentence encoder (default all-MiniLM-L6-v2).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) -> None:
+@click.option(
+    "--executed",
+    is_flag=True,
+    help="masrouter: reward each sampled system by running it on the pool and grading it, as the "
+    "paper does (no records needed; costs epochs x questions x samples plan executions, printed "
+    "first), instead of the surrogate scored from `single` records.",
+)
+@click.option("--setting", default=None, help="--executed: the pool's generation profile.")
+@click.option("--epochs", type=click.IntRange(1), default=None, help="masrouter: training epochs.")
+@click.option(
+    "--samples", type=click.IntRange(2), default=None, help="masrouter: systems per question."
+)
+def fit_router_cmd(
+    kind, records, problems_path, pool_path, encoder, out_dir, executed, setting, epochs, samples
+) -> None:
     """Train a RouterDC or MASRouter baseline on the per-worker correctness that evaluation
     records of `single` (every worker alone) hold, e.g. `eval run --baselines single` on a
-    training split. Then evaluate it with `--baselines KIND:OUT`."""
+    training split; or (masrouter --executed) on executed outcomes. Then evaluate it with
+    `--baselines KIND:OUT`."""
+    from dataclasses import replace
+
     from conductor_core.errors import ConfigError
     from conductor_core.evaluate.records import read_records
     from conductor_core.evaluate.routers.base import single_methods
@@ -269,22 +286,46 @@ def fit_router_cmd(kind, records, problems_path, pool_path, encoder, out_dir) ->
     from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
 
+    if kind != "masrouter" and (executed or epochs or samples):
+        raise ConfigError("--executed, --epochs and --samples are options of masrouter")
     pool = load_pool(pool_path or bundled_pool_path())
-    recs = [r for path in records for r in read_records(path)]
+    if setting:
+        pool = pool.with_profile(setting)
     methods = single_methods([w.display_name for w in pool.workers])
-    missing = [m for m in methods if not any(r.method == m for r in recs)]
-    if missing:
-        raise ConfigError(
-            f"records: no records of {', '.join(missing)}; run `conductor eval run --baselines "
-            "single` on the training questions first"
-        )
+    problems = read_problems(problems_path)
+    recs = [r for path in records for r in read_records(path)]
+    extra: dict = {}
     if kind == "routerdc":
         from conductor_core.evaluate.routers.routerdc import fit_routerdc as fit
     else:
-        from conductor_core.evaluate.routers.masrouter import fit_masrouter as fit
-    problems = read_problems(problems_path)
+        from conductor_core.evaluate.routers.masrouter import (
+            MASRouterConfig,
+            fit_masrouter,
+            pool_executor,
+        )
+
+        fit = fit_masrouter
+        cfg = MASRouterConfig()
+        cfg = replace(cfg, epochs=epochs or cfg.epochs, samples=samples or cfg.samples)
+        extra["config"] = cfg
+        if executed:
+            extra["execute"] = pool_executor(pool)
+            runs = cfg.epochs * len(problems) * cfg.samples
+            click.echo(
+                f"training masrouter on executed outcomes: {runs} plan executions "
+                f"({cfg.epochs} epochs x {len(problems)} questions x {cfg.samples} systems)",
+                err=True,
+            )
+    if "execute" not in extra:
+        missing = [m for m in methods if not any(r.method == m for r in recs)]
+        if missing:
+            raise ConfigError(
+                f"records: no records of {', '.join(missing)}; run `conductor eval run "
+                "--baselines single` on the training questions first"
+                + (" (or train masrouter with --executed)" if kind == "masrouter" else "")
+            )
     click.echo(f"training {kind} on {len(problems)} questions, {len(recs)} records ...", err=True)
-    folder = fit(recs, problems, out_dir, worker_methods=methods, encoder=encoder)
+    folder = fit(recs, problems, out_dir, worker_methods=methods, encoder=encoder, **extra)
     click.echo(f"trained {kind} on {len(problems)} questions: {folder}")
     click.echo(f"evaluate it with: conductor eval run --baselines {kind}:{folder} ...")
 

@@ -10,6 +10,7 @@ The router tests use the real sentence encoder (all-MiniLM-L6-v2 from the
 from __future__ import annotations
 
 import asyncio
+import json
 import importlib.util
 import time
 from collections import Counter, defaultdict
@@ -235,6 +236,25 @@ def test_fit_router_command_trains_a_router_the_baselines_load(trained, tmp_path
         main([*args[:3], str(moa_only), *args[4:], "--pool", str(pool_path()), "--out", str(out)])
     assert exit_info.value.code == 2
     assert "no records of single:sim-math" in capsys.readouterr().err
+
+
+@slow_encoder
+def test_masrouter_trains_on_executed_outcomes_from_the_command(tmp_path, capsys) -> None:
+    """`fit-router masrouter --executed`: no records, each sampled system run on the simulated
+    pool and graded; the count of executions is said first, and the router loads as a baseline."""
+    from conductor_core.cli import main
+    from conductor_core.tasks.problem import write_jsonl
+
+    problems = tmp_path / "train.jsonl"
+    write_jsonl(split("train", 4), problems)
+    out = tmp_path / "masrouter"
+    args = ["eval", "fit-router", "masrouter", "--executed", "--epochs", "2", "--samples", "2"]
+    main([*args, "--problems", str(problems), "--pool", str(pool_path()), "--out", str(out)])
+    assert "48 plan executions (2 epochs x 12 questions x 2 systems)" in capsys.readouterr().err
+    meta = json.loads((out / "router.json").read_text())
+    assert meta["reward"] == "executed" and len(meta["reward_history"]) == 2
+    (method,) = build_baselines([f"masrouter:{out}"], load_pool(str(pool_path())))
+    assert method.name.startswith("masrouter[")
 
 
 @slow_encoder

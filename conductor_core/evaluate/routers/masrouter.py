@@ -20,19 +20,24 @@ the levels above it):
 * workers are chosen per agent from the question and the role embedding against learnable worker
   embeddings.
 
-Training (REINFORCE with a per-question group-mean baseline and an entropy bonus) needs no
-executions: the same per-worker correctness the ``single:W`` records hold scores a plan through a
-surrogate: ``single`` scores its worker's correctness ``c``; a last agent who reads a right answer
-keeps it with probability ``keep_right`` (``chain``: ``c_b + (1 - c_b) c_a k``; ``debate``:
-``c_j + (1 - c_j) (1 - (1 - c_1)(1 - c_2)) k``); each call costs ``cost_weight``. This is the main
-simplification (the paper executes the sampled systems and rewards their real outcomes); with it,
-roles carry no reward signal of their own, so the role choice rests on the question-to-description
-similarity. Inference takes the most likely choice at every level.
+Training is REINFORCE with a per-question group-mean baseline and an entropy bonus, on one of two
+rewards (each minus ``cost_weight`` per call):
+
+* **executed** (as the paper): every sampled system runs on the pool and is graded
+  (``execute``, e.g. :func:`pool_executor`); roles then earn reward through the subtasks they
+  write. It costs ``epochs x questions x samples`` plan executions.
+* **surrogate** (no executions): the per-worker correctness that ``single:W`` records hold scores a
+  plan: ``single`` scores its worker's correctness ``c``; a last agent who reads a right answer
+  keeps it with probability ``keep_right`` (``chain``: ``c_b + (1 - c_b) c_a k``; ``debate``:
+  ``c_j + (1 - c_j) (1 - (1 - c_1)(1 - c_2)) k``). Roles carry no reward of their own there, so
+  the role choice rests on the question-to-description similarity.
+
+Inference takes the most likely choice at every level.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,8 +74,18 @@ ROLES: tuple[tuple[str, str], ...] = (
         "linguist",
         "A linguist who handles words, spelling, letters and text transformations precisely.",
     ),
+    (
+        "programmer",
+        "A programmer who writes correct, efficient code for the task and checks it against its "
+        "examples and edge cases.",
+    ),
 )
-"""Roles as (name, description); the description is what the encoder embeds."""
+"""Roles as (name, description); the description is what the encoder embeds. A saved router
+keeps the roles it was trained with."""
+
+PlanExecutor = Callable[[Sequence[tuple[Problem, Workflow]]], Sequence[float | None]]
+"""Runs plans and returns each one's graded correctness (1.0 right, 0.0 wrong; None when
+infrastructure spoiled it: left out of the update)."""
 
 
 def role_subtask(mode: str, slot: int, role: str) -> str:
@@ -134,10 +149,10 @@ class MASRouterConfig:
     seed: int = 0
 
 
-def _policy(in_dim: int, n_workers: int, cfg: MASRouterConfig) -> Any:
+def _policy(in_dim: int, n_workers: int, n_roles: int, cfg: MASRouterConfig) -> Any:
     import torch
 
-    n_modes, n_roles, max_slots = len(MODES), len(ROLES), max(AGENTS.values())
+    n_modes, max_slots = len(MODES), max(AGENTS.values())
 
     class Policy(torch.nn.Module):
         def __init__(self) -> None:
@@ -218,6 +233,30 @@ def _rewards(mode: Any, workers: Any, rows: Any, cfg: MASRouterConfig) -> Any:
     return value - cfg.cost_weight * calls
 
 
+def _executed_rewards(
+    execute: PlanExecutor,
+    questions: Sequence[Problem],
+    mode: Any,
+    roles: Any,
+    workers: Any,
+    cfg: MASRouterConfig,
+) -> Any:
+    """Graded correctness of the sampled plans (``questions[i]`` for row i; NaN where
+    infrastructure spoiled one), minus their cost."""
+    import torch
+
+    plans = []
+    for i, problem in enumerate(questions):
+        name = MODES[int(mode[i])]
+        n = AGENTS[name]
+        names = [ROLES[int(r)][0] for r in roles[i, :n]]
+        plans.append((problem, build_plan(name, names, [int(w) for w in workers[i, :n]])))
+    graded = execute(plans)
+    value = torch.tensor([float("nan") if c is None else float(c) for c in graded])
+    calls = torch.tensor([AGENTS[m] for m in MODES], dtype=value.dtype)[mode]
+    return value - cfg.cost_weight * calls
+
+
 def fit_masrouter(
     records: Iterable[EvalRecord],
     problems: Sequence[Problem],
@@ -226,21 +265,29 @@ def fit_masrouter(
     worker_methods: Sequence[str],
     encoder: str | SentenceEncoder | None = None,
     config: MASRouterConfig | None = None,
+    execute: PlanExecutor | None = None,
 ) -> Path:
-    """Train a MASRouter controller on the per-worker correctness in ``records`` (methods
-    ``worker_methods``, one per pool worker in pool order) for ``problems``; save it in
-    ``out_dir`` and return the folder."""
+    """Train a MASRouter controller for ``problems`` over the pool whose workers
+    ``worker_methods`` name (one per worker, in pool order); save it in ``out_dir`` and return
+    the folder.
+
+    With ``execute``, each sampled system is run and graded (the executed reward; ``records``
+    unused); without, the per-worker correctness in ``records`` (methods ``worker_methods``)
+    scores it through the surrogate (module docstring)."""
     import torch
 
     cfg = config or MASRouterConfig()
     enc = encoder if isinstance(encoder, SentenceEncoder) else get_encoder(encoder)
-    kept, rows = correctness_table(records, problems, worker_methods)
+    if execute is None:
+        kept, rows = correctness_table(records, problems, worker_methods)
+        scores = torch.tensor(rows, dtype=torch.float32)
+    else:
+        kept, scores = list(problems), None
     torch.manual_seed(cfg.seed)
     g = torch.Generator().manual_seed(cfg.seed)
     x_all = torch.tensor(enc.encode([p.question for p in kept]))
     role_emb = torch.tensor(enc.encode([d for _, d in ROLES]))
-    scores = torch.tensor(rows, dtype=torch.float32)
-    policy = _policy(x_all.shape[1], len(worker_methods), cfg)
+    policy = _policy(x_all.shape[1], len(worker_methods), len(ROLES), cfg)
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=1e-4)
     n = x_all.shape[0]
     history = []
@@ -251,15 +298,25 @@ def fit_masrouter(
             for start in range(0, n, cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
                 x = x_all[idx].repeat_interleave(cfg.samples, dim=0)
-                mode, _roles, workers, logp, ent = _rollout(policy, x, role_emb, greedy=False, g=g)
-                plan_rows = scores[idx].repeat_interleave(cfg.samples, dim=0)
-                rewards = _rewards(mode, workers, plan_rows, cfg).view(-1, cfg.samples)
-                adv = (rewards - rewards.mean(1, keepdim=True)).flatten()
+                mode, roles, workers, logp, ent = _rollout(policy, x, role_emb, greedy=False, g=g)
+                if scores is None:
+                    asked = [kept[int(i)] for i in idx for _ in range(cfg.samples)]
+                    flat = _executed_rewards(execute, asked, mode, roles, workers, cfg)
+                else:
+                    plan_rows = scores[idx].repeat_interleave(cfg.samples, dim=0)
+                    flat = _rewards(mode, workers, plan_rows, cfg)
+                rewards = flat.view(-1, cfg.samples)
+                # A plan spoiled by infrastructure is left out: of its group's baseline, and of
+                # the update (advantage 0).
+                scored = ~rewards.isnan()
+                count = scored.sum(1, keepdim=True).clamp(min=1)
+                baseline = rewards.nan_to_num(0.0).sum(1, keepdim=True) / count
+                adv = torch.where(scored, rewards - baseline, 0.0).flatten()
                 loss = -(adv * logp).mean() - cfg.entropy * ent.mean()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                total += float(rewards.mean()) * len(idx)
+                total += float(baseline.sum())
             history.append(total / n)
     return save_router(
         out_dir,
@@ -271,9 +328,47 @@ def fit_masrouter(
         config=cfg,
         modes=list(MODES),
         roles=[list(r) for r in ROLES],
+        reward="surrogate" if execute is None else "executed",
         train_questions=len(kept),
         reward_history=history,
     )
+
+
+def pool_executor(
+    pool: Any, *, concurrency: int = 32, grade_timeout_s: float = 10.0
+) -> PlanExecutor:
+    """A :data:`PlanExecutor` that runs each plan on ``pool`` (a :class:`PoolConfig`) through
+    :func:`~conductor_core.solve.solve`, as the router's plans run in evaluation, and grades it."""
+    import asyncio
+
+    from conductor_core.outcome import grade
+    from conductor_core.policy.fixed import FixedPlanSource
+    from conductor_core.solve import SolveOptions, solve
+    from conductor_core.workers.pool import WorkerPool
+
+    options = SolveOptions(answer_fallback=True)
+
+    def run(plans: Sequence[tuple[Problem, Workflow]]) -> list[float | None]:
+        async def go() -> list[float | None]:
+            sem = asyncio.Semaphore(concurrency)
+            async with WorkerPool(pool) as workers:
+
+                async def one(k: int, problem: Problem, plan: Workflow) -> float | None:
+                    async with sem:
+                        source = FixedPlanSource("masrouter", lambda _request: plan)
+                        trace = await solve(
+                            problem.question, source, workers, options=options, sample_index=k
+                        )
+                        outcome = await grade(problem, trace, timeout_s=grade_timeout_s)
+                    return None if outcome.reward is None else float(outcome.correct)
+
+                return list(
+                    await asyncio.gather(*(one(k, p, wf) for k, (p, wf) in enumerate(plans)))
+                )
+
+        return asyncio.run(go())
+
+    return run
 
 
 class MASRouter:
@@ -287,11 +382,14 @@ class MASRouter:
         self.config = MASRouterConfig(**self.meta["config"])
         self.encoder = get_encoder(encoder or saved_encoder(self.meta))
         self.worker_methods: list[str] = list(self.meta["worker_methods"])
-        self.policy = _policy(int(self.meta["in_dim"]), len(self.worker_methods), self.config)
+        self.roles: list[tuple[str, str]] = [(r[0], r[1]) for r in self.meta.get("roles", ROLES)]
+        self.policy = _policy(
+            int(self.meta["in_dim"]), len(self.worker_methods), len(self.roles), self.config
+        )
         state = torch.load(self.path / WEIGHTS_FILE, map_location="cpu")
         self.policy.load_state_dict(state["policy"])
         self.policy.eval()
-        self.role_emb = torch.tensor(self.encoder.encode([d for _, d in ROLES]))
+        self.role_emb = torch.tensor(self.encoder.encode([d for _, d in self.roles]))
 
     def decide(self, question: str) -> tuple[str, list[str], list[int]]:
         """The (mode, roles, workers) the controller picks for ``question`` (greedy)."""
@@ -304,7 +402,7 @@ class MASRouter:
         n = AGENTS[name]
         return (
             name,
-            [ROLES[int(r)][0] for r in roles[0, :n]],
+            [self.roles[int(r)][0] for r in roles[0, :n]],
             [int(w) for w in workers[0, :n]],
         )
 
