@@ -229,8 +229,23 @@ def _rewards(mode: Any, workers: Any, rows: Any, cfg: MASRouterConfig) -> Any:
     seen = 1 - (1 - c[:, 0]) * (1 - c[:, 1])
     debate = c[:, 2] + (1 - c[:, 2]) * seen * k
     value = torch.stack([single, chain, debate], dim=1).gather(1, mode[:, None]).squeeze(1)
-    calls = torch.tensor([AGENTS[m] for m in MODES], dtype=value.dtype)[mode]
-    return value - cfg.cost_weight * calls
+    return value - _cost(mode, value.dtype, cfg)
+
+
+def _cost(mode: Any, dtype: Any, cfg: MASRouterConfig) -> Any:
+    """What the plans of ``mode`` (a batch of mode indices) cost: ``cost_weight`` per call."""
+    import torch
+
+    return cfg.cost_weight * torch.tensor([AGENTS[m] for m in MODES], dtype=dtype)[mode]
+
+
+def _decoded(
+    mode: Any, roles: Any, workers: Any, role_names: Sequence[str]
+) -> tuple[str, list[str], list[int]]:
+    """One plan's (mode, role names, workers) from a row of :func:`_rollout`'s output."""
+    name = MODES[int(mode)]
+    n = AGENTS[name]
+    return name, [role_names[int(r)] for r in roles[:n]], [int(w) for w in workers[:n]]
 
 
 def _executed_rewards(
@@ -245,16 +260,14 @@ def _executed_rewards(
     infrastructure spoiled one), minus their cost."""
     import torch
 
-    plans = []
-    for i, problem in enumerate(questions):
-        name = MODES[int(mode[i])]
-        n = AGENTS[name]
-        names = [ROLES[int(r)][0] for r in roles[i, :n]]
-        plans.append((problem, build_plan(name, names, [int(w) for w in workers[i, :n]])))
+    names = [r[0] for r in ROLES]
+    plans = [
+        (problem, build_plan(*_decoded(mode[i], roles[i], workers[i], names)))
+        for i, problem in enumerate(questions)
+    ]
     graded = execute(plans)
     value = torch.tensor([float("nan") if c is None else float(c) for c in graded])
-    calls = torch.tensor([AGENTS[m] for m in MODES], dtype=value.dtype)[mode]
-    return value - cfg.cost_weight * calls
+    return value - _cost(mode, value.dtype, cfg)
 
 
 def fit_masrouter(
@@ -398,13 +411,7 @@ class MASRouter:
         with torch.no_grad():
             x = torch.tensor(self.encoder.encode([question]))
             mode, roles, workers, _, _ = _rollout(self.policy, x, self.role_emb, greedy=True)
-        name = MODES[int(mode[0])]
-        n = AGENTS[name]
-        return (
-            name,
-            [self.roles[int(r)][0] for r in roles[0, :n]],
-            [int(w) for w in workers[0, :n]],
-        )
+        return _decoded(mode[0], roles[0], workers[0], [r[0] for r in self.roles])
 
     def plan(self, question: str) -> Workflow:
         """The workflow for ``question``."""
