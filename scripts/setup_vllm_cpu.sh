@@ -39,9 +39,8 @@ echo "setup-vllm: installing $WANT into $VENV (first time: about 75 s, ~590 MB)"
 # The log sits beside the venv: a failed install removes the venv (a partial one is useless and
 # holds gigabytes that the image build may need, as on a machine whose disk filled up).
 LOG="$VENV.install.log"
-# Byte-compiled afterwards on every core, as in setup.sh.
-if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile \
-  "$TORCH_PIN" "$VLLM_PIN" >"$LOG" 2>&1; then
+if ! "$VENV/bin/python" -m pip install --disable-pip-version-check "$TORCH_PIN" "$VLLM_PIN" \
+  >"$LOG" 2>&1; then
   grep -v "^WARNING: Location" "$LOG" | tail -n 20 >&2
   rm -rf "$VENV"
   echo "setup-vllm: error: pip could not install $WANT (full log: $LOG; the partial venv removed)" >&2
@@ -49,7 +48,6 @@ if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile 
 fi
 # Their PyPI builds are CUDA builds that break transformers imports; triton is unused on CPU.
 "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec triton >>"$LOG" 2>&1 || true
-"$VENV/bin/python" -m compileall -q -j 0 "$VENV"/lib/python*/site-packages >/dev/null 2>&1 || true
 # A quick check that the server module imports (fails loudly rather than at serve time).
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
