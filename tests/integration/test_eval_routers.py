@@ -10,8 +10,8 @@ The router tests use the real sentence encoder (all-MiniLM-L6-v2 from the
 from __future__ import annotations
 
 import asyncio
-import json
 import importlib.util
+import json
 import time
 from collections import Counter, defaultdict
 
