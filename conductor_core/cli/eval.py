@@ -277,8 +277,6 @@ def fit_router_cmd(
     records of `single` (every worker alone) hold, e.g. `eval run --baselines single` on a
     training split; or (masrouter --executed) on executed outcomes. Then evaluate it with
     `--baselines KIND:OUT`."""
-    from dataclasses import replace
-
     from conductor_core.errors import ConfigError
     from conductor_core.evaluate.records import read_records
     from conductor_core.evaluate.routers.base import single_methods
@@ -294,38 +292,46 @@ def fit_router_cmd(
     methods = single_methods([w.display_name for w in pool.workers])
     problems = read_problems(problems_path)
     recs = [r for path in records for r in read_records(path)]
-    extra: dict = {}
+    missing = [m for m in methods if not any(r.method == m for r in recs)]
+    if missing and not executed:
+        raise ConfigError(
+            f"records: no records of {', '.join(missing)}; run `conductor eval run --baselines "
+            "single` on the training questions first"
+            + (" (or train masrouter with --executed)" if kind == "masrouter" else "")
+        )
+    click.echo(f"training {kind} on {len(problems)} questions, {len(recs)} records ...", err=True)
+    args = (recs, problems, out_dir)
     if kind == "routerdc":
-        from conductor_core.evaluate.routers.routerdc import fit_routerdc as fit
+        from conductor_core.evaluate.routers.routerdc import fit_routerdc
+
+        folder = fit_routerdc(*args, worker_methods=methods, encoder=encoder)
     else:
+        from contextlib import nullcontext
+        from dataclasses import replace
+
         from conductor_core.evaluate.routers.masrouter import (
             MASRouterConfig,
             fit_masrouter,
             pool_executor,
         )
 
-        fit = fit_masrouter
         cfg = MASRouterConfig()
         cfg = replace(cfg, epochs=epochs or cfg.epochs, samples=samples or cfg.samples)
-        extra["config"] = cfg
         if executed:
-            extra["execute"] = pool_executor(pool)
-            runs = cfg.epochs * len(problems) * cfg.samples
             click.echo(
-                f"training masrouter on executed outcomes: {runs} plan executions "
+                f"executed outcomes: {cfg.epochs * len(problems) * cfg.samples} plan executions "
                 f"({cfg.epochs} epochs x {len(problems)} questions x {cfg.samples} systems)",
                 err=True,
             )
-    if "execute" not in extra:
-        missing = [m for m in methods if not any(r.method == m for r in recs)]
-        if missing:
-            raise ConfigError(
-                f"records: no records of {', '.join(missing)}; run `conductor eval run "
-                "--baselines single` on the training questions first"
-                + (" (or train masrouter with --executed)" if kind == "masrouter" else "")
+        with pool_executor(pool) if executed else nullcontext() as execute:
+            folder = fit_masrouter(
+                *args,
+                worker_methods=methods,
+                encoder=encoder,
+                config=cfg,
+                execute=execute,
+                log=lambda line: click.echo(line, err=True),
             )
-    click.echo(f"training {kind} on {len(problems)} questions, {len(recs)} records ...", err=True)
-    folder = fit(recs, problems, out_dir, worker_methods=methods, encoder=encoder, **extra)
     click.echo(f"trained {kind} on {len(problems)} questions: {folder}")
     click.echo(f"evaluate it with: conductor eval run --baselines {kind}:{folder} ...")
 

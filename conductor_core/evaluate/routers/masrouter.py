@@ -24,7 +24,7 @@ Training is REINFORCE with a per-question group-mean baseline and an entropy bon
 rewards (each minus ``cost_weight`` per call):
 
 * **executed** (as the paper): every sampled system runs on the pool and is graded
-  (``execute``, e.g. :func:`pool_executor`); roles then earn reward through the subtasks they
+  (``execute``, e.g. from :func:`pool_executor`); roles then earn reward through the subtasks they
   write. It costs ``epochs x questions x samples`` plan executions.
 * **surrogate** (no executions): the per-worker correctness that ``single:W`` records hold scores a
   plan: ``single`` scores its worker's correctness ``c``; a last agent who reads a right answer
@@ -37,7 +37,8 @@ Inference takes the most likely choice at every level.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,7 @@ def fit_masrouter(
     encoder: str | SentenceEncoder | None = None,
     config: MASRouterConfig | None = None,
     execute: PlanExecutor | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Path:
     """Train a MASRouter controller for ``problems`` over the pool whose workers
     ``worker_methods`` name (one per worker, in pool order); save it in ``out_dir`` and return
@@ -286,7 +288,7 @@ def fit_masrouter(
 
     With ``execute``, each sampled system is run and graded (the executed reward; ``records``
     unused); without, the per-worker correctness in ``records`` (methods ``worker_methods``)
-    scores it through the surrogate (module docstring)."""
+    scores it through the surrogate (module docstring). ``log`` gets one line per epoch."""
     import torch
 
     cfg = config or MASRouterConfig()
@@ -331,6 +333,8 @@ def fit_masrouter(
                 opt.step()
                 total += float(baseline.sum())
             history.append(total / n)
+            if log is not None:
+                log(f"epoch {len(history)}/{cfg.epochs}: mean reward {history[-1]:.3f}")
     return save_router(
         out_dir,
         "masrouter",
@@ -347,41 +351,39 @@ def fit_masrouter(
     )
 
 
-def pool_executor(
-    pool: Any, *, concurrency: int = 32, grade_timeout_s: float = 10.0
-) -> PlanExecutor:
-    """A :data:`PlanExecutor` that runs each plan on ``pool`` (a :class:`PoolConfig`) through
-    :func:`~conductor_core.solve.solve`, as the router's plans run in evaluation, and grades it."""
+@contextmanager
+def pool_executor(pool: Any, *, concurrency: int = 32) -> Iterator[PlanExecutor]:
+    """A :data:`PlanExecutor` that runs each plan on ``pool`` (a :class:`PoolConfig`) and grades
+    it as evaluation does (:func:`~conductor_core.evaluate.runner.evaluate_one`: the solve loop,
+    infrastructure retries); one worker pool and event loop serve every call until the ``with``
+    block ends."""
     import asyncio
 
-    from conductor_core.outcome import grade
+    from conductor_core.evaluate.methods import PlanSourceMethod
+    from conductor_core.evaluate.runner import RunConfig, evaluate_one
     from conductor_core.policy.fixed import FixedPlanSource
-    from conductor_core.solve import SolveOptions, solve
     from conductor_core.workers.pool import WorkerPool
 
-    options = SolveOptions(answer_fallback=True)
+    run_config = RunConfig(keep_traces=False, progress=False, batch_planning=False)
+    with asyncio.Runner() as runner:
+        workers = WorkerPool(pool)
+        runner.run(workers.__aenter__())
 
-    def run(plans: Sequence[tuple[Problem, Workflow]]) -> list[float | None]:
-        async def go() -> list[float | None]:
+        async def graded(plans: Sequence[tuple[Problem, Workflow]]) -> list[float | None]:
             sem = asyncio.Semaphore(concurrency)
-            async with WorkerPool(pool) as workers:
 
-                async def one(k: int, problem: Problem, plan: Workflow) -> float | None:
-                    async with sem:
-                        source = FixedPlanSource("masrouter", lambda _request: plan)
-                        trace = await solve(
-                            problem.question, source, workers, options=options, sample_index=k
-                        )
-                        outcome = await grade(problem, trace, timeout_s=grade_timeout_s)
-                    return None if outcome.reward is None else float(outcome.correct)
+            async def one(k: int, problem: Problem, plan: Workflow) -> float | None:
+                method = PlanSourceMethod("masrouter", FixedPlanSource("masrouter", lambda _: plan))
+                async with sem:
+                    record = await evaluate_one(method, problem, k, workers, run_config)
+                return None if record.infra_error else float(record.correct)
 
-                return list(
-                    await asyncio.gather(*(one(k, p, wf) for k, (p, wf) in enumerate(plans)))
-                )
+            return list(await asyncio.gather(*(one(k, p, wf) for k, (p, wf) in enumerate(plans))))
 
-        return asyncio.run(go())
-
-    return run
+        try:
+            yield lambda plans: runner.run(graded(plans))
+        finally:
+            runner.run(workers.__aexit__(None, None, None))
 
 
 class MASRouter:

@@ -97,21 +97,22 @@ def load_math500(path: str | None, split: str | None, **options: Any) -> list[Pr
         "math500", path=path, hub=hub, split=split, required=["problem", "answer", "unique_id"]
     )
     by_id = {str(r["unique_id"]): r for r in rows}
-    for option, name in (("subset", subset), ("exclude", exclude)):
-        if name is None:
-            continue
-        listed = math500_subset_ids(str(name))
-        absent = [i for i in listed if i not in by_id]
+
+    def listed(option: str, name: Any) -> list[str]:
+        ids = math500_subset_ids(str(name))
+        absent = [i for i in ids if i not in by_id]
         if absent:
             raise BenchmarkSourceError(
                 f"math500: {len(absent)} id(s) of {option} '{name}' are not in the data "
                 f"(e.g. {absent[0]}); give the full MATH-500 test split"
             )
-        if option == "subset":
-            rows = [by_id[i] for i in listed]
-        else:
-            left_out = set(listed)
-            rows = [r for r in rows if str(r["unique_id"]) not in left_out]
+        return ids
+
+    if subset is not None:
+        rows = [by_id[i] for i in listed("subset", subset)]
+    if exclude is not None:
+        left_out = set(listed("exclude", exclude))
+        rows = [r for r in rows if str(r["unique_id"]) not in left_out]
     return [
         Problem(
             id=f"math500/{row['unique_id']}",
