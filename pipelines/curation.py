@@ -35,6 +35,3 @@ def build(settings: Any = None) -> Any:
             apply_pod_settings(task, cluster.cpu)
 
     return curation
-
-
-curation = build()

@@ -109,6 +109,3 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         ).set_display_name("evaluate the resolved version")
 
     return evaluation
-
-
-evaluation = build()

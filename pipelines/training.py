@@ -217,6 +217,3 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 apply_pod_settings(side_effects(registered), cluster.gpu_eval)
 
     return training
-
-
-training = build()
