@@ -181,8 +181,9 @@ async def solve(
             trace.infra_error = r == start
             break
         answer = wf_trace.answer
-        # The Conductor sees the plan exactly as it wrote it.
-        previous = PreviousRound(plan=result.workflow.render(), answer=answer)
+        # The Conductor sees its own completion, as the authors' code shows it: any text a
+        # model wrote around the three lists stays.
+        previous = PreviousRound(plan=result.raw, answer=answer)
 
     trace.answer = answer
     trace.wall_s = time.perf_counter() - wall0

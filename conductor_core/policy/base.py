@@ -26,8 +26,9 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class PreviousRound:
-    """What a recursion round builds on: the previous plan as the Conductor wrote it (pool ids)
-    and that plan's final answer (``None`` when it produced none)."""
+    """What a recursion round builds on: the previous round's completion as the Conductor wrote
+    it (its raw text, plan in pool ids; bounded by the generation's length) and that plan's final
+    answer (``None`` when it produced none)."""
 
     plan: str
     answer: str | None

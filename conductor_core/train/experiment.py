@@ -29,7 +29,7 @@ from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig, build_config
 from conductor_core.train.data import offered_subset, stage_options
-from conductor_core.train.recursive import previous_plan_text, recursion_metrics
+from conductor_core.train.recursive import recursion_metrics
 from conductor_core.train.reward import best_workers, summarize
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.prompts import PROMPT_VERSION, plan_messages
@@ -499,10 +499,7 @@ def evaluate_recursion(
                 reward=record.reward,  # the final answer, as deployment grades it
             )
         )
-        plan = previous_plan_text(
-            trace.rounds[0].raw_plan, range(size), config.data.max_steps, config.data.access_mode
-        )
-        previous = PreviousRound(plan=plan, answer=first_round.answer)
+        previous = PreviousRound(plan=trace.rounds[0].raw_plan, answer=first_round.answer)
         prompts.append(plan_messages(plan_request(problem.question, size, options, 0, previous)))
     metrics = recursion_metrics(firsts, seconds)
     metrics["first_round_keep_rate"] = first_keeps / len(records) if records else 0.0

@@ -49,9 +49,6 @@ from conductor_core.workflow.prompts import plan_messages
 
 _Item = TypeVar("_Item")
 
-MAX_PREVIOUS_PLAN_CHARS = 600
-"""An unparsable round-1 plan is shown (truncated) as the previous plan."""
-
 
 @dataclass
 class _Batch:
@@ -306,10 +303,7 @@ def make_recursive_trainer_class():
             for r2, source in zip(batch.second_rows, batch.sources, strict=True):
                 text, outcome = by_row[source]
                 offered = inputs[source].get("offered") or list(range(pool_size))
-                plan_text = previous_plan_text(
-                    text, offered, self.options.max_steps, self.options.access_mode
-                )
-                previous = PreviousRound(plan=plan_text, answer=outcome.answer)
+                previous = PreviousRound(plan=text, answer=outcome.answer)
                 self.rounds.previous[r2] = previous
                 if outcome.infra_error:
                     self.rounds.excluded.add(r2)
@@ -340,19 +334,6 @@ def prompt_token_ids(tokenizer: Any, request: PlanRequest) -> list[int]:
         plan_messages(request), tokenize=False, add_generation_prompt=True
     )
     return list(tokenizer(chat, add_special_tokens=False)["input_ids"])
-
-
-def previous_plan_text(
-    raw: str, workers: Sequence[int], max_steps: int, access_mode: AccessMode | str
-) -> str:
-    """The previous plan as the Conductor sees it: rendered when it parsed for the offered
-    ``workers`` (pool ids), else the raw text."""
-    workflow, _ = try_parse_plan(
-        raw, workers=workers, max_steps=max_steps, access_mode=AccessMode(access_mode)
-    )
-    if workflow is not None:
-        return workflow.render()
-    return raw.strip()[:MAX_PREVIOUS_PLAN_CHARS]
 
 
 def by_first_answer(

@@ -71,6 +71,16 @@ def test_recursion_shows_previous_plan_and_answer_then_keeps() -> None:
     assert prev is not None and prev.answer == first and "model_id = [0]" in prev.plan
 
 
+def test_recursion_shows_the_raw_completion_with_what_surrounds_the_lists() -> None:
+    """The previous plan is the Conductor's own completion, as the authors' code shows it, not
+    the plan as parsed and rendered again."""
+    planned = ok(0)
+    raw = "The question is arithmetic: one step.\n" + planned.raw + "\n"
+    source = ScriptedSource(PlanResult(raw=raw, workflow=planned.workflow), KEEP)
+    go(source, max_rounds=2)
+    assert source.requests[1].previous.plan == raw
+
+
 def test_recursion_new_plan_replaces_answer_and_sees_previous() -> None:
     pool = FakePool()
     trace = go(ScriptedSource(ok(0), ok(1, 2)), pool, max_rounds=2)
