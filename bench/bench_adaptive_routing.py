@@ -12,10 +12,12 @@ domain are left out (no choice is better there). A plan that does not parse, or 
 that was not offered, counts as a miss. Plans go through the library's evaluation path
 (:class:`~conductor_core.evaluate.methods.PlanSourceMethod` over
 :class:`~conductor_core.policy.local.TransformersPlanSource`, then
-:func:`~conductor_core.evaluate.runner.run_eval`), so they are planned and run as anywhere else.
+:func:`~conductor_core.evaluate.runner.run_eval`), so they are planned and run as anywhere else. Plans are decoded under the plan grammar, as
+deployment decodes a local or served Conductor (only offered ids can be written);
+``--no-plan-grammar`` measures the model unaided.
 
     .venv/bin/python bench/bench_adaptive_routing.py runs/adaptive/model [--held-out 60]
-        [--plans 1] [--temperature 0] [--sizes 2 3] [--pool POOL] [--seed 0]
+        [--plans 1] [--temperature 0] [--sizes 2 3] [--pool POOL] [--seed 0] [--no-plan-grammar]
     .venv/bin/python bench/bench_adaptive_routing.py --train OUT [--base-steps 130]
         [--adaptive-steps 80]     # no model: train the tiny profile's base + adaptive stages
 
@@ -95,6 +97,7 @@ def measure(
     plans: int,
     temperature: float,
     seed: int,
+    plan_grammar: bool = True,
 ) -> list[SubsetResult]:
     """Plan, run and judge every subset's held-out questions."""
     from conductor_core.evaluate.methods import PlanSourceMethod
@@ -103,7 +106,9 @@ def measure(
     from conductor_core.train.data import stage_options
     from conductor_core.workers.pool import WorkerPool
 
-    source = TransformersPlanSource(model_dir, temperature=temperature, seed=seed)
+    source = TransformersPlanSource(
+        model_dir, temperature=temperature, seed=seed, plan_grammar=plan_grammar
+    )
     base = stage_options(config)
     chosen = subsets(len(pool.workers), sizes)
     methods = [
@@ -173,6 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plan-grammar",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decode under the plan grammar (deployment's default: only offered ids can be named)",
+    )
     args = parser.parse_args(argv)
     from conductor_core.train.experiment import (
         held_out_problems,
@@ -206,10 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         plans=args.plans,
         temperature=args.temperature,
         seed=args.seed,
+        plan_grammar=args.plan_grammar,
     )
     print(
         f"{model_dir}: {len(problems)} held-out questions x {args.plans} plan(s), "
-        f"temperature {args.temperature}, {time.perf_counter() - start:.0f} s"
+        f"temperature {args.temperature}, {'under' if args.plan_grammar else 'without'} the "
+        f"plan grammar, {time.perf_counter() - start:.0f} s"
     )
     print(render(results, pool))
     return 0

@@ -430,6 +430,17 @@ class AdaptiveSpec(_Strict):
         description="Most workers offered to a question; `null`: the pool size. Each question's "
         "k is drawn uniformly from k_min..k_max.",
     )
+    mask_unoffered: bool = Field(
+        default=False,
+        description="Train the policy deployment runs: a Conductor decodes under the plan "
+        "grammar, which lets a plan name only offered workers, so at every worker-id slot the "
+        "unoffered workers' ids are masked, in sampling and in the loss's log-probabilities "
+        "(renormalised over the rest; train/offered_mask.py). The stage then learns which "
+        "offered worker to choose, not the model list's syntax. False (the paper is silent): the "
+        "policy may name any worker and a plan naming an unoffered one scores 0. "
+        "`generation.backend: transformers` only (TRL's vLLM generation takes one grammar for "
+        "all prompts), and pool ids written as one token each (pools of up to 10 workers).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AdaptiveSpec:
@@ -759,6 +770,10 @@ class StageConfig(_Strict):
                 raise ValueError(
                     f"experimental.{name} works with generation.backend: transformers only"
                 )
+        if self.adaptive.mask_unoffered and self.generation.backend != "transformers":
+            raise ValueError(
+                "adaptive.mask_unoffered works with generation.backend: transformers only"
+            )
         forced = self.stage == "recursive" and self.recursive.forced_fraction > 0
         if forced and self.questions_per_step < 2:
             raise ValueError(

@@ -26,6 +26,10 @@ gradient of the expected reward, up to the truncation; what the exploration stil
 plans are evaluated, not what is optimised. The ``exploration/*`` training metrics show the
 weights.
 
+The same processor applies the adaptive stage's offered mask (:mod:`conductor_core.train.
+offered_mask`): at each worker slot the ids of workers the row does not offer are removed before
+the floor or coverage acts, and the trainer scores those slots under the mask.
+
 Which workers a prompt offers comes from the data, not from the prompt's text: each training row
 carries its ``offered`` pool ids (:mod:`conductor_core.train.data`). ``generate`` only sees token
 ids, so the trainer (:func:`offered_trainer_class`) records, for each generation batch, every
@@ -41,6 +45,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
+
+from conductor_core.errors import ConfigError
 
 __all__ = [
     "IMPORTANCE_RATIO_CAP",
@@ -73,6 +79,12 @@ class OfferedPrompts:
         self.sampling_log: list[dict[int, float]] | None = None
         """Per row of the last exploring ``generate`` call: completion position -> ``log q`` of
         the token sampled there, for the tokens the exploration changed (read by the trainer)."""
+        self.mask_tokens: list[int] | None = None
+        """With the offered mask (:func:`routing_exploration` ``mask_pool``): the token of each
+        pool id, in pool order; None without it."""
+        self.slot_log: list[dict[int, int]] | None = None
+        """Per row of the last ``generate`` call under the offered mask: completion position ->
+        the pool ids masked there, as a bit set (bit ``p``: pool id ``p``)."""
 
     def record(self, prompt_ids: Sequence[Sequence[int]], offered: Sequence[Sequence[int]]) -> None:
         """Record that prompt ``prompt_ids[i]`` offers the pool ids ``offered[i]``."""
@@ -87,6 +99,11 @@ class OfferedPrompts:
         """The pool ids the prompt with these token ids offers (None: not recorded)."""
         return self._by_prompt.get(_key(prompt_ids))
 
+    def take_slot_log(self) -> list[dict[int, int]] | None:
+        """The masked slots of the last ``generate`` call (then forgotten)."""
+        log, self.slot_log = self.slot_log, None
+        return log
+
     def take_sampling_log(self) -> list[dict[int, float]] | None:
         """The last ``generate`` call's sampling log (None: that call explored nothing), once."""
         log, self.sampling_log = self.sampling_log, None
@@ -96,6 +113,7 @@ class OfferedPrompts:
         """Forget every prompt (the batch is done)."""
         self._by_prompt.clear()
         self.sampling_log = None
+        self.slot_log = None
 
     def __len__(self) -> int:
         return len(self._by_prompt)
@@ -123,18 +141,24 @@ def routing_processor(
     prompt_length: int,
     floor: float,
     coverage: int = 0,
+    mask_tokens: Sequence[int] | None = None,
 ) -> RoutingProcessor:
     """A logits processor for one ``generate`` call that applies the routing floor ``floor`` and
-    routes the first ``coverage`` rows of each prompt to distinct offered workers.
+    routes the first ``coverage`` rows of each prompt to distinct offered workers; with
+    ``mask_tokens`` (the token of each pool id, in pool order) it first masks, at every worker
+    slot, the ids of the pool's workers that the row's prompt does not offer (the offered mask).
 
     ``prompts`` identifies each prompt of the call (rows with equal prompts form one group: text,
     or a tuple of token ids), ``offered`` gives the pool ids each prompt offers (None or empty:
     that prompt is sampled as it is), and the batch is left-padded to ``prompt_length`` tokens.
     With ``num_return_sequences`` the rows of a prompt follow each other. After the call,
-    :meth:`RoutingProcessor.sampling_log` gives ``log q`` of every token it changed."""
+    :meth:`RoutingProcessor.sampling_log` gives ``log q`` of every token it changed and
+    :meth:`RoutingProcessor.slot_log` the slots it masked."""
     if len(prompts) != len(offered):
         raise ValueError(f"routing exploration: {len(prompts)} prompts, {len(offered)} offered")
-    return RoutingProcessor(tokenizer, prompts, offered, prompt_length, floor, coverage)
+    return RoutingProcessor(
+        tokenizer, prompts, offered, prompt_length, floor, coverage, mask_tokens
+    )
 
 
 class RoutingProcessor:
@@ -149,10 +173,19 @@ class RoutingProcessor:
         prompt_length: int,
         floor: float,
         coverage: int,
+        mask_tokens: Sequence[int] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.prompts = prompts
         self.allowed = [_single_token_ids(tokenizer, ids) if ids else None for ids in offered]
+        # Per prompt: (tokens of the pool ids it does not offer, their bit set); None: no mask.
+        self.blocked: list[tuple[list[int], int] | None] = [None] * len(offered)
+        if mask_tokens is not None:
+            for index, ids in enumerate(offered):
+                unoffered = [p for p in range(len(mask_tokens)) if ids and p not in set(ids)]
+                if unoffered:
+                    bits = sum(1 << p for p in unoffered)
+                    self.blocked[index] = ([mask_tokens[p] for p in unoffered], bits)
         self.prompt_length = prompt_length
         self.floor = floor
         self.coverage = coverage
@@ -161,6 +194,7 @@ class RoutingProcessor:
         self._drawn = False
         self._log: dict[int, dict[int, float]] = {}  # row -> position -> log q
         self._pending: dict[int, tuple[int, Any]] = {}  # row -> (position, log q over the vocab)
+        self._masked: dict[int, dict[int, int]] = {}  # row -> position -> masked pool ids' bits
 
     def _text_of(self, tok: int) -> str:
         if tok not in self._token_text:
@@ -197,6 +231,11 @@ class RoutingProcessor:
         self._resolve(sequences)
         return [self._log.get(row, {}) for row in range(sequences.shape[0])]
 
+    def slot_log(self, rows: int) -> list[dict[int, int]]:
+        """Per row of the call: completion position -> the bit set of the pool ids the offered
+        mask removed there (empty without the mask)."""
+        return [self._masked.get(row, {}) for row in range(rows)]
+
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
@@ -222,6 +261,12 @@ class RoutingProcessor:
             return scores
         out = scores.clone()
         for row, ids in rows:
+            blocked = self.blocked[row // per_prompt]
+            if blocked is not None:
+                # The offered mask is part of the policy (the loss's log-probs are masked too),
+                # so a masked choice is the policy's own and records no log q.
+                out[row, blocked[0]] = float("-inf")
+                self._masked.setdefault(row, {})[position] = blocked[1]
             if row in self._assigned:
                 out[row] = float("-inf")
                 out[row, self._assigned[row]] = 0.0
@@ -231,7 +276,7 @@ class RoutingProcessor:
                 continue
             if not self.floor:
                 continue
-            probs = torch.softmax(scores[row].float(), dim=-1) * (1.0 - self.floor)
+            probs = torch.softmax(out[row].float(), dim=-1) * (1.0 - self.floor)
             probs[ids] += self.floor / len(ids)
             log_q = torch.log(probs)
             out[row] = log_q.to(scores.dtype)
@@ -281,19 +326,33 @@ def routing_exploration(
     offered: OfferedPrompts,
     floor: float = 0.0,
     coverage: int = 0,
+    mask_pool: int = 0,
 ) -> Iterator[Any]:
     """Within the block, ``model.generate`` samples plans with the routing floor ``floor`` (in
     [0, 1)) and routes the first ``coverage`` (>= 0) plans of each prompt to distinct offered
-    workers; both 0 leave it alone. Each call looks its prompts (the unpadded ``input_ids`` of
-    each row) up in ``offered``, so both spread over the pool ids each row of the data offers; a
-    call with a prompt that was not recorded there raises ``RuntimeError``."""
+    workers; both 0 leave it alone. With ``mask_pool`` (the pool size; 0: off) it masks the ids
+    of unoffered workers at every worker slot first (the offered mask: ``offered.mask_tokens``
+    and ``offered.slot_log`` tell the trainer, which masks the loss's log-probabilities the same
+    way). Each call looks its prompts (the unpadded ``input_ids`` of each row) up in ``offered``,
+    so all of them spread over the pool ids each row of the data offers; a call with a prompt that
+    was not recorded there raises ``RuntimeError``."""
     if not 0.0 <= floor < 1.0:
         raise ValueError(f"routing floor must lie in [0, 1), got {floor}")
     if coverage < 0:
         raise ValueError(f"routing coverage must be >= 0, got {coverage}")
-    if floor == 0.0 and coverage == 0:
+    mask_tokens = None
+    if mask_pool:
+        mask_tokens = _single_token_ids(tokenizer, range(mask_pool))
+        if mask_tokens is None:
+            raise ConfigError(
+                f"adaptive.mask_unoffered: the tokenizer writes some of the pool ids 0-"
+                f"{mask_pool - 1} as several tokens, which the offered mask cannot mask; "
+                f"train without it on a pool this large"
+            )
+    if floor == 0.0 and coverage == 0 and mask_tokens is None:
         yield model
         return
+    offered.mask_tokens = mask_tokens
     from transformers import LogitsProcessorList
 
     generate = model.generate
@@ -316,12 +375,15 @@ def routing_exploration(
                 f"offered_trainer_class() (it records each batch's rows)"
             )
         processor = routing_processor(
-            tokenizer, prompts, workers, input_ids.shape[1], floor, coverage
+            tokenizer, prompts, workers, input_ids.shape[1], floor, coverage, mask_tokens
         )
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
         out = generate(*args, logits_processor=processors, **kwargs)
-        offered.sampling_log = processor.sampling_log(getattr(out, "sequences", out))
+        sequences = getattr(out, "sequences", out)
+        offered.sampling_log = processor.sampling_log(sequences)
+        if mask_tokens is not None:
+            offered.slot_log = processor.slot_log(sequences.shape[0])
         return out
 
     model.generate = generate_with_exploration  # an instance attribute: the class's stays as it was
@@ -329,6 +391,7 @@ def routing_exploration(
         yield model
     finally:
         del model.generate
+        offered.mask_tokens = None
 
 
 @cache
@@ -347,20 +410,73 @@ def offered_trainer_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.offered_prompts = OfferedPrompts()
             self._batch_offered: list[Any] | None = None
+            # (rows, completion tokens) bit sets of the masked slots of the rows being scored
+            self._unoffered_slots: Any = None
             super().__init__(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             self._batch_offered = [row.get("offered") for row in inputs]
             try:
                 output = super()._generate_and_score_completions(inputs)
+                if self._unoffered_slots is not None:  # travels with its rows to the loss
+                    output["unoffered_slots"] = self._unoffered_slots
+                if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
+                    log_q = output.pop("sampling_per_token_logps", None)
+                    if log_q is not None:
+                        self._weight_off_policy_tokens(output, log_q)
             finally:
                 self._batch_offered = None
+                self._unoffered_slots = None
                 self.offered_prompts.clear()
-            if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
-                log_q = output.pop("sampling_per_token_logps", None)
-                if log_q is not None:
-                    self._weight_off_policy_tokens(output, log_q)
             return output
+
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch=None
+        ) -> Any:
+            self._unoffered_slots = inputs.get("unoffered_slots")
+            try:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            finally:
+                self._unoffered_slots = None
+
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, *args: Any, **kwargs: Any
+        ):
+            """TRL's log-probabilities, under the offered mask at the masked slots of the rows
+            being scored (:func:`~conductor_core.train.offered_mask.masked_log_probs`)."""
+            slots, tokens = self._unoffered_slots, self.offered_prompts.mask_tokens
+            if slots is None or tokens is None or not bool(slots.any()):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+                )
+            if tuple(slots.shape) != (input_ids.size(0), logits_to_keep):
+                raise RuntimeError(
+                    f"offered mask: masked slots of shape {tuple(slots.shape)} for "
+                    f"{input_ids.size(0)} rows of {logits_to_keep} completion tokens"
+                )
+            import torch
+
+            from conductor_core.train.offered_mask import backbone_and_head, masked_log_probs
+
+            backbone, head = backbone_and_head(self.accelerator.unwrap_model(model))
+            states: list[Any] = []
+
+            def keep(_module: Any, _args: Any, out: Any) -> None:
+                hidden = getattr(out, "last_hidden_state", None)
+                states.append(out[0] if hidden is None else hidden)
+
+            handle = backbone.register_forward_hook(keep)
+            try:
+                logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+                )
+            finally:
+                handle.remove()
+            hidden = torch.cat(states, dim=0)[:, -logits_to_keep - 1 : -1]
+            logps = masked_log_probs(
+                logps, hidden, head, slots.to(logps.device), tokens, self.temperature
+            )
+            return logps, entropies, aux
 
         def _generate_single_turn(
             self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
@@ -368,6 +484,14 @@ def offered_trainer_class() -> type:
             completion_ids, logprobs = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
+            masked = self.offered_prompts.take_slot_log()
+            if masked is not None and not self.use_vllm:
+                from conductor_core.train.offered_mask import slot_tensor
+
+                # Set for the rest of this batch's generation step: TRL computes old and
+                # reference log-probs there, which must be masked as the loss's are.
+                length = max((len(ids) for ids in completion_ids), default=0)
+                self._unoffered_slots = slot_tensor(masked, length, self.accelerator.device)
             log = self.offered_prompts.take_sampling_log()
             if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
                 return completion_ids, logprobs

@@ -546,6 +546,7 @@ def run_stage(
         callbacks = make_callbacks(config, tracker, reward, history, samples)
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
         exp = config.experimental
+        masked = config.stage == "adaptive" and config.adaptive.mask_unoffered
         try:
             with routing_exploration(
                 model,
@@ -553,6 +554,7 @@ def run_stage(
                 trainer.offered_prompts,
                 exp.routing_floor,
                 exp.routing_coverage,
+                mask_pool=len(pool.workers) if masked else 0,
             ):
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         finally:

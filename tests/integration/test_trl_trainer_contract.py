@@ -331,3 +331,60 @@ def test_a_token_not_sampled_from_the_policy_gets_its_truncated_importance_weigh
     trainer.current_gradient_accumulation_steps = 1  # what training_step sets before the loss
     loss = trainer._compute_loss(trainer.model, output)
     assert torch.isfinite(loss)
+
+
+# --------------------------------------------------------------------------------------------
+# The offered mask: the loss's log-probabilities at masked slots
+
+
+def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trainer, tmp_path):
+    """train/offered_mask.py through TRL's own batch path: the masked slots recorded at
+    generation travel with their rows (``unoffered_slots``), and TRL's log-probability of the
+    token there becomes ``log pi - log(1 - m)``, ``m`` the policy's mass on the masked ids; every
+    other token's is TRL's own, and the loss runs on it."""
+    import math
+
+    import torch
+
+    from conductor_core.train.exploration import offered_trainer_class
+
+    class Recorded(offered_trainer_class()):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            # What the routing exploration leaves after a generate call under the mask.
+            self.offered_prompts.slot_log = [{}, {0: 0b0101}] + [{}] * (len(prompt_ids) - 2)
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP, scale_rewards="group")
+    trainer = make_trainer(config, cls=Recorded)
+    tok = trainer.processing_class
+    digits = [tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)]
+    trainer.offered_prompts.mask_tokens = digits
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(rows())
+    slots = output["unoffered_slots"]
+    assert slots.shape == output["completion_ids"].shape
+    assert int(slots[1, 0]) == 0b0101 and int(slots.count_nonzero()) == 1
+    assert trainer._unoffered_slots is None  # the batch is done
+
+    completion = output["completion_ids"]
+    ids = torch.cat([output["prompt_ids"], completion], dim=1)
+    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    with torch.no_grad():
+        plain, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._unoffered_slots = slots
+        masked, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._unoffered_slots = None
+        logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
+    probs = torch.softmax(logits[0, ids.size(1) - completion.size(1) - 1].float(), dim=-1)
+    m = float(probs[digits[0]] + probs[digits[2]])
+    assert float(masked[1, 0]) == pytest.approx(float(plain[1, 0]) - math.log1p(-m), abs=1e-4)
+    rest = torch.ones_like(masked, dtype=torch.bool)
+    rest[1, 0] = False
+    assert torch.equal(masked[rest], plain[rest])
+    trainer.current_gradient_accumulation_steps = 1  # what training_step sets before the loss
+    loss = trainer.compute_loss(trainer.model, output)
+    assert torch.isfinite(loss) and trainer._unoffered_slots is None

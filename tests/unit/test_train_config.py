@@ -204,18 +204,22 @@ def test_tiny_recursive_profile_values():
     assert base.learning_rate == 3e-4 and base.experimental.warmup_recursion_fraction == 0.5
     assert base.loss_type == "dapo"
     # Learning on any pool (docs/training.md, "On other pools"): every base group covers every
-    # worker and cut-off plans score 0; the adaptive stage samples the policy with a routing floor
-    # (so its own unoffered routing is seen and contrasted); the recursive stage samples it alone.
+    # worker and cut-off plans score 0; the adaptive stage trains the masked policy deployment
+    # runs, with a routing floor over the offered workers, and cut-off plans score 0 there too;
+    # the recursive stage samples the policy alone.
     assert base.experimental.routing_coverage == base.plans_per_question == 4
     assert base.experimental.truncated_is_format_error is True
     adaptive = build_config({}, stage="adaptive", profile="tiny")
     assert (adaptive.experimental.routing_coverage, adaptive.experimental.routing_floor) == (0, 0.3)
+    assert adaptive.adaptive.mask_unoffered is True
+    assert adaptive.experimental.truncated_is_format_error is True
     recursive = build_config({}, stage="recursive", profile="tiny")
     exp = recursive.experimental
     assert (exp.routing_coverage, exp.routing_floor) == (0, 0.0)
+    assert exp.truncated_is_format_error is False
     for c in (adaptive, recursive):
-        assert c.experimental.truncated_is_format_error is False
         assert c.experimental.warmup_recursion_fraction == 0.5
+    assert build_config({}, stage="adaptive", profile="paper").adaptive.mask_unoffered is False
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -307,3 +307,18 @@ def test_importance_weights_are_truncated_ratios_at_changed_tokens_only() -> Non
     assert stats["exploration/ratio_mean"] == pytest.approx(7 / 3)
     untouched, none = importance_weights(log_pi, torch.full_like(log_q, nan), mask, cap=3.0)
     assert torch.equal(untouched, torch.ones_like(log_pi)) and none == {}
+
+
+def test_generate_under_the_offered_mask_names_only_offered_workers(tiny) -> None:
+    """The offered mask (train/offered_mask.py) in ``generate``: the random tiny policy names
+    any token after ``model_id = [`` (the test above); masked, never an unoffered worker's id."""
+    tok, model = tiny
+    digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
+    prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
+    unoffered = {digit[0], digit[2]}
+    torch.manual_seed(0)
+    masked = _first_ids(tok, model, prompt, [1, 3], 64, mask_pool=4)
+    tilted = _first_ids(tok, model, prompt, [1, 3], 64, floor=0.9, mask_pool=4)
+    assert not unoffered & set(masked) and not unoffered & set(tilted)
+    assert sum(t in (digit[1], digit[3]) for t in tilted) >= 48  # the floor on top
+    assert "generate" not in vars(model)

@@ -117,6 +117,17 @@ def test_overridden_private_methods_keep_their_signatures():
     # the trainer that records each prompt's offered workers (routing exploration)
     offered = offered_trainer_class()
     assert issubclass(recursive, offered) and issubclass(offered, GRPOTrainer)
+    # the offered mask: the log-probabilities it masks and the loss hook that scopes it
+    logps = parameters(GRPOTrainer._get_per_token_logps_and_entropies)[:5]
+    assert [name for name, _ in logps] == [
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+    ]
+    loss = [("self", empty), ("model", empty), ("inputs", empty), ("return_outputs", False)]
+    assert parameters(GRPOTrainer.compute_loss)[:4] == loss
     tokenize = [("self", empty), ("prompts", empty)]
     assert parameters(GRPOTrainer._tokenize_prompts) == tokenize
     assert parameters(offered._tokenize_prompts) == tokenize
