@@ -12,12 +12,18 @@ domain are left out (no choice is better there). A plan that does not parse, or 
 that was not offered, counts as a miss. Plans go through the library's evaluation path
 (:class:`~conductor_core.evaluate.methods.PlanSourceMethod` over
 :class:`~conductor_core.policy.local.TransformersPlanSource`, then
-:func:`~conductor_core.evaluate.runner.run_eval`), so they are planned and run as anywhere else. Plans are decoded under the plan grammar, as
-deployment decodes a local or served Conductor (only offered ids can be written);
-``--no-plan-grammar`` measures the model unaided.
+:func:`~conductor_core.evaluate.runner.run_eval`), so they are planned and run as anywhere else.
+They are decoded under the plan grammar, as deployment decodes a local or served Conductor (only
+offered ids can be written); ``--no-plan-grammar`` measures the model unaided.
+
+Descriptor mode (``--descriptors``): each offered worker is shown with its pool description. With
+``--new-worker DOMAIN`` the pool's best worker for DOMAIN is replaced by a newcomer no training
+saw (a new name and simulation seed, the same skills, its description, at the last id), and the
+share of DOMAIN's questions answered by the newcomer is printed for every subset offering it.
 
     .venv/bin/python bench/bench_adaptive_routing.py runs/adaptive/model [--held-out 60]
         [--plans 1] [--temperature 0] [--sizes 2 3] [--pool POOL] [--seed 0] [--no-plan-grammar]
+        [--descriptors [--new-worker DOMAIN [--new-description TEXT]]]
     .venv/bin/python bench/bench_adaptive_routing.py --train OUT [--base-steps 130]
         [--adaptive-steps 80]     # no model: train the tiny profile's base + adaptive stages
 
@@ -34,8 +40,9 @@ import itertools
 import sys
 import tempfile
 import time
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +63,8 @@ class SubsetResult:
     format_errors: int = 0
     correct: int = 0
     plans: int = 0
+    routed: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    """Per domain: how many plans' answers came from each worker (None: no answer)."""
 
     @property
     def share(self) -> float:
@@ -98,8 +107,10 @@ def measure(
     temperature: float,
     seed: int,
     plan_grammar: bool = True,
+    descriptors: bool = False,
 ) -> list[SubsetResult]:
-    """Plan, run and judge every subset's held-out questions."""
+    """Plan, run and judge every subset's held-out questions (``descriptors``: each offered
+    worker shown with its pool description)."""
     from conductor_core.evaluate.methods import PlanSourceMethod
     from conductor_core.evaluate.runner import RunConfig, run_eval
     from conductor_core.policy.local import TransformersPlanSource
@@ -109,7 +120,11 @@ def measure(
     source = TransformersPlanSource(
         model_dir, temperature=temperature, seed=seed, plan_grammar=plan_grammar
     )
-    base = stage_options(config)
+    base = replace(
+        stage_options(config),
+        descriptors=descriptors,
+        descriptions=tuple(w.description for w in pool.workers),
+    )
     chosen = subsets(len(pool.workers), sizes)
     methods = [
         PlanSourceMethod(
@@ -134,12 +149,50 @@ def measure(
         result.plans += 1
         result.format_errors += record.format_error
         result.correct += record.correct
+        result.routed[record.domain][record.final_worker] += 1
         best = best_offered(pool, result.subset, record.domain)
         if best is None:
             continue
         result.judged += 1
         result.best += record.final_worker in best
     return list(results.values())
+
+
+def with_new_worker(pool: PoolConfig, domain: str, description: str | None) -> tuple[Any, int]:
+    """``pool`` with its best worker for ``domain`` replaced by a newcomer that no training saw:
+    a new name and simulation seed, the same skills, ``description`` (default: the replaced
+    worker's), moved to the last id (the workers after it move up one). Returns the pool and the
+    newcomer's id."""
+    best = max(range(len(pool.workers)), key=lambda i: skill(pool, i, domain))
+    old = pool.workers[best]
+    assert old.simulation is not None
+    newcomer = old.model_copy(
+        update={
+            "name": "sim-newcomer",
+            "model": "sim-newcomer",
+            "description": old.description if description is None else description,
+            "simulation": old.simulation.model_copy(update={"seed": old.simulation.seed + 1000}),
+        }
+    )
+    workers = [w for i, w in enumerate(pool.workers) if i != best] + [newcomer]
+    return pool.model_copy(update={"workers": workers}), len(workers) - 1
+
+
+def newcomer_share(results: Sequence[SubsetResult], newcomer: int, domain: str) -> str:
+    """The share of ``domain``'s plans routed to the newcomer, over the subsets offering it."""
+    lines = ["", f"{domain} answered by the newcomer (pool id {newcomer}), where offered:"]
+    shares = []
+    for r in results:
+        if newcomer not in r.subset:
+            continue
+        counts = r.routed.get(domain, Counter())
+        total = sum(counts.values())
+        if total:
+            shares.append(counts[newcomer] / total)
+            lines.append(f"  offered {', '.join(map(str, r.subset))}: {shares[-1]:.3f} of {total}")
+    if shares:
+        lines.append(f"mean over {len(shares)} subsets: {sum(shares) / len(shares):.3f}")
+    return "\n".join(lines)
 
 
 def render(results: Sequence[SubsetResult], pool: PoolConfig) -> str:
@@ -184,6 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=True,
         help="decode under the plan grammar (deployment's default: only offered ids can be named)",
     )
+    parser.add_argument("--descriptors", action="store_true", help="show each worker's description")
+    parser.add_argument(
+        "--new-worker",
+        metavar="DOMAIN",
+        help="replace DOMAIN's best worker by a newcomer at a new id and report its share",
+    )
+    parser.add_argument("--new-description", help="the newcomer's description (default: the same)")
     args = parser.parse_args(argv)
     from conductor_core.train.experiment import (
         held_out_problems,
@@ -207,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems, pool = held_out_problems(config)
     if args.held_out:
         problems = problems[:: max(1, len(problems) // args.held_out)][: args.held_out]
+    newcomer = None
+    if args.new_worker:
+        pool, newcomer = with_new_worker(pool, args.new_worker, args.new_description)
     start = time.perf_counter()
     results = measure(
         model_dir,
@@ -218,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         temperature=args.temperature,
         seed=args.seed,
         plan_grammar=args.plan_grammar,
+        descriptors=args.descriptors,
     )
     print(
         f"{model_dir}: {len(problems)} held-out questions x {args.plans} plan(s), "
@@ -225,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"plan grammar, {time.perf_counter() - start:.0f} s"
     )
     print(render(results, pool))
+    if newcomer is not None:
+        print(newcomer_share(results, newcomer, args.new_worker))
     return 0
 
 

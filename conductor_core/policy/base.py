@@ -53,11 +53,17 @@ class PlanRequest:
 
 
 def as_trained(
-    request: PlanRequest, style: PromptStyle | None, version: str | None = None
+    request: PlanRequest,
+    style: PromptStyle | None,
+    version: str | None = None,
+    descriptors: bool = False,
 ) -> PlanRequest:
     """``request`` in the prompt style and version a model was trained with (each unchanged when
-    None, i.e. unknown): a model-backed plan source always asks its model the way it learned."""
+    None, i.e. unknown), with the workers' descriptions when it was trained in descriptor mode:
+    a model-backed plan source always asks its model the way it learned."""
     changes: dict[str, Any] = {}
+    if descriptors and not request.descriptors:
+        changes["descriptors"] = True
     if style is not None and request.prompt_style != style:
         changes["prompt_style"] = style
     if version is not None and request.prompt_version != version:

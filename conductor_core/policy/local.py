@@ -47,6 +47,13 @@ def trained_version(model_dir: str | Path, given: str | None = None) -> str | No
     return spec.version if spec is not None else None
 
 
+def trained_descriptors(model_dir: str | Path) -> bool:
+    """Whether the model in ``model_dir`` was trained in descriptor mode (saved with its
+    weights): it is then always shown the workers' descriptions."""
+    spec = _saved_spec(model_dir)
+    return spec is not None and spec.descriptors
+
+
 def trained_plan_tokens(model_dir: str | Path, given: int | None) -> int:
     """The most tokens to generate for a plan: ``given``, else the plan length the model in
     ``model_dir`` was trained with (saved with its weights), else 1024."""
@@ -110,6 +117,7 @@ class TransformersPlanSource:
         self.dtype = dtype
         self.prompt_style = trained_style(self.model_dir, prompt_style)
         self.prompt_version = trained_version(self.model_dir, prompt_version)
+        self.descriptors = trained_descriptors(self.model_dir)
         self.plan_grammar = bool(plan_grammar)
         self.max_subtask_chars = max_subtask_chars
         self._model = None
@@ -198,7 +206,9 @@ class TransformersPlanSource:
         if self._tokenizer is None:
             self.load()
         return self._tokenizer.apply_chat_template(
-            plan_messages(as_trained(request, self.prompt_style, self.prompt_version)),
+            plan_messages(
+                as_trained(request, self.prompt_style, self.prompt_version, self.descriptors)
+            ),
             tokenize=False,
             add_generation_prompt=True,
         )

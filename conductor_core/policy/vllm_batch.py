@@ -16,7 +16,12 @@ from typing import Any
 
 from conductor_core.errors import require
 from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
-from conductor_core.policy.local import trained_plan_tokens, trained_style, trained_version
+from conductor_core.policy.local import (
+    trained_descriptors,
+    trained_plan_tokens,
+    trained_style,
+    trained_version,
+)
 from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
@@ -44,6 +49,7 @@ class VLLMBatchPlanSource:
         self.model = str(model)
         self.prompt_style = trained_style(model, prompt_style)
         self.prompt_version = trained_version(model)
+        self.descriptors = trained_descriptors(model)
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = trained_plan_tokens(model, max_tokens)
@@ -77,7 +83,9 @@ class VLLMBatchPlanSource:
         t0 = time.perf_counter()
         outputs = llm.chat(
             [
-                plan_messages(as_trained(r, self.prompt_style, self.prompt_version))
+                plan_messages(
+                    as_trained(r, self.prompt_style, self.prompt_version, self.descriptors)
+                )
                 for r in requests
             ],
             [self.sampling_params(r) for r in requests],

@@ -150,6 +150,12 @@ class DataSpec(_Strict):
         description="'full': the Conductor prompt with worked examples (paper); 'compact': a "
         "short prompt (question, model list, one-line format) for tiny models.",
     )
+    descriptors: bool = Field(
+        default=False,
+        description="Descriptor mode: show each offered worker with its one-line description "
+        "(the pool's `description`), as `--descriptors` does at inference. Saved with the model, "
+        "which is then asked with descriptions wherever it is used. False (the paper): bare ids.",
+    )
     max_steps: int = Field(
         default=5,
         ge=1,
@@ -429,6 +435,14 @@ class AdaptiveSpec(_Strict):
         ge=1,
         description="Most workers offered to a question; `null`: the pool size. Each question's "
         "k is drawn uniformly from k_min..k_max.",
+    )
+    renumber: bool = Field(
+        default=False,
+        description="Descriptor mode only (`data.descriptors`): show each question's offered "
+        "workers under random distinct ids (0-9) instead of their pool ids, mapped back to pool "
+        "ids when the plan runs, so that a worker's description is its only identity and the "
+        "Conductor learns to route by description: a worker it never saw can then be offered "
+        "with a description and used. False: pool ids, so ids stay identities.",
     )
     mask_unoffered: bool = Field(
         default=False,
@@ -770,6 +784,11 @@ class StageConfig(_Strict):
                 raise ValueError(
                     f"experimental.{name} works with generation.backend: transformers only"
                 )
+        if self.adaptive.renumber and not self.data.descriptors:
+            raise ValueError(
+                "adaptive.renumber needs data.descriptors: true (with bare random ids nothing "
+                "would tell the workers apart)"
+            )
         if self.adaptive.mask_unoffered and self.generation.backend != "transformers":
             raise ValueError(
                 "adaptive.mask_unoffered works with generation.backend: transformers only"

@@ -210,7 +210,12 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
         log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
         model.save_pretrained(warm)
         tokenizer.save_pretrained(warm)
-        save_prompt_spec(warm, config.data.prompt_style, config.generation.max_completion_length)
+        save_prompt_spec(
+            warm,
+            config.data.prompt_style,
+            config.generation.max_completion_length,
+            config.data.descriptors,
+        )
         # TRL builds the KL reference (beta > 0) from the path in the config: the warmed-up model,
         # as when a resumed run reuses it, not the random initial one.
         model.config._name_or_path = str(warm)
@@ -478,7 +483,7 @@ def run_stage(
     and log one line at the end; their result's ``run_id`` is None.
     """
     from conductor_core.train import checkpoints
-    from conductor_core.train.data import build_dataset, stage_options
+    from conductor_core.train.data import build_dataset, id_range, stage_options
     from conductor_core.train.exploration import routing_exploration
 
     launch = ranks.current()
@@ -525,7 +530,8 @@ def run_stage(
                 resume = checkpoints.download_checkpoint(
                     config.checkpoint_uri(), point.remote, local_ckpt
                 )
-        dataset = build_dataset(train, len(pool.workers), config)
+        descriptions = [w.description for w in pool.workers]
+        dataset = build_dataset(train, len(pool.workers), config, descriptions)
         rounds = RoundState() if config.stage == "recursive" else None
         reward = ConductorReward(
             by_id,
@@ -547,6 +553,9 @@ def run_stage(
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
         exp = config.experimental
         masked = config.stage == "adaptive" and config.adaptive.mask_unoffered
+        shown_ids = len(pool.workers)
+        if config.stage == "adaptive" and config.adaptive.renumber:
+            shown_ids = id_range(shown_ids)
         try:
             with routing_exploration(
                 model,
@@ -554,7 +563,7 @@ def run_stage(
                 trainer.offered_prompts,
                 exp.routing_floor,
                 exp.routing_coverage,
-                mask_pool=len(pool.workers) if masked else 0,
+                mask_pool=shown_ids if masked else 0,
             ):
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         finally:
@@ -620,7 +629,12 @@ def _save_outputs(
         final = final.merge_and_unload()
     final.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    save_prompt_spec(model_dir, config.data.prompt_style, config.generation.max_completion_length)
+    save_prompt_spec(
+        model_dir,
+        config.data.prompt_style,
+        config.generation.max_completion_length,
+        config.data.descriptors,
+    )
     if config.model_uri:
         from conductor_core.track.storage import Storage
 

@@ -51,6 +51,26 @@ def completion_text(completion: Any) -> str:
     return str(completion or "")
 
 
+class RenumberedPool:
+    """A pool seen under other ids (descriptor mode's ``adaptive.renumber``): id ``i`` calls pool
+    worker ``placement[i]``. Satisfies the executor's ``WorkerCaller``."""
+
+    def __init__(self, pool: Any, placement: Mapping[int, int]) -> None:
+        self.pool = pool
+        self.placement = dict(placement)
+
+    def __len__(self) -> int:
+        return max(self.placement, default=-1) + 1
+
+    def worker(self, worker_id: int) -> Any:
+        """The configuration of the pool worker that ``worker_id`` stands for."""
+        return self.pool.worker(self.placement[worker_id])
+
+    async def call(self, worker_id: int, messages: Any, **kwargs: Any) -> Any:
+        """Call the pool worker that ``worker_id`` stands for."""
+        return await self.pool.call(self.placement[worker_id], messages, **kwargs)
+
+
 async def score_plan(
     text: str,
     problem: Problem,
@@ -61,6 +81,7 @@ async def score_plan(
     executions: int = 1,
     sample_index: int = 0,
     previous: PreviousRound | None = None,
+    placement: Mapping[int, int] | None = None,
 ) -> Outcome:
     """Run the plan ``text`` (written for the ``offered`` workers) with :func:`solve` on ``pool``
     and grade it. ``options`` gives the plan format (step limit, access mode) and the budget.
@@ -69,12 +90,28 @@ async def score_plan(
     keep the previous answer, which is then graded; steps with ``"all"`` access see it. A plan
     that does not parse there also keeps it (as in deployment): the outcome is a format error
     whose reward is the kept answer's.
+
+    ``placement`` maps the ids the plan names to pool ids where they differ (descriptor mode's
+    ``adaptive.renumber``); the outcome's ``workers`` are pool ids either way.
     """
     options = replace(
         options or SolveOptions(),
         max_rounds=2 if previous is not None else 1,
         worker_ids=tuple(offered),
     )
+    if placement is not None and any(k != v for k, v in placement.items()):
+        outcome = await score_plan(
+            text,
+            problem,
+            RenumberedPool(pool, placement),
+            offered,
+            options=options,
+            executions=executions,
+            sample_index=sample_index,
+            previous=previous,
+        )
+        pool_ids = [placement.get(w, w) for w in outcome.workers]
+        return outcome.model_copy(update={"workers": pool_ids})
     source = TextPlanSource(text)
     outcomes: list[Outcome] = []
     for e in range(executions):
@@ -335,12 +372,14 @@ class ConductorReward:
         previous: Sequence[PreviousRound | None] | None = None,
         rounds: RoundState | None = None,
         truncated: Sequence[bool] | None = None,
+        workers: Sequence[Sequence[int] | None] | None = None,
     ) -> list[Outcome]:
         """Score plans concurrently (at most ``max_concurrent`` at once), in input order.
 
         With ``rounds``, cached outcomes are reused, excluded rows score ``None`` and rows with a
         previous round are scored as recursion rounds. Rows marked in ``truncated`` are format
-        errors (code ``truncated``) and are not run.
+        errors (code ``truncated``) and are not run. ``workers[i]`` gives the pool id each of
+        ``offered[i]`` stands for (descriptor mode's renumbering; None: the same ids).
         """
         pool = self.pool()
         sem = asyncio.Semaphore(self.max_concurrent)
@@ -361,6 +400,8 @@ class ConductorReward:
                     ),
                 )
             ids = list(offered[i]) if offered[i] is not None else list(range(pool_size))
+            placed = workers[i] if workers is not None else None
+            placement = dict(zip(ids, placed, strict=True)) if placed is not None else None
             prev = previous[i] if previous is not None else None
             if rounds is not None:
                 if i in rounds.cached:
@@ -378,6 +419,7 @@ class ConductorReward:
                     executions=self.executions,
                     sample_index=base_index + i,
                     previous=prev,
+                    placement=placement,
                 )
 
         return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
@@ -392,6 +434,7 @@ class ConductorReward:
         log_metric: Callable[[str, float], None] | None = None,
         log_extra: Callable[[str, list], None] | None = None,
         completion_ids: Sequence[Sequence[int]] | None = None,
+        workers: Sequence[Sequence[int] | None] | None = None,
         **_: Any,
     ) -> list[float | None]:
         """Score a batch of completions; returns one reward (or None) per completion."""
@@ -409,6 +452,7 @@ class ConductorReward:
             base_index=step * n * 4,
             rounds=self.rounds,
             truncated=truncated,
+            workers=list(workers) if workers is not None else None,
         )
         self.calls += 1
         self.last_outcomes = outcomes

@@ -21,10 +21,12 @@ serving time exactly as it was trained; a trained model's style is saved next to
 (:func:`save_prompt_spec`) and read back when it is loaded (:func:`load_prompt_spec`).
 
 Workers appear to the Conductor as anonymous models numbered by their POOL ids ("Model 0",
-"Model 1", ...), optionally with one line of description each (descriptor mode; ``full`` style
-only). A subset of the pool is shown under the same ids ("Model 1", "Model 3"): it is never
-renumbered, so an id names the same worker in every prompt and a Conductor can learn which worker
-is good at what, also inside a subset. Plans use those ids and run as written.
+"Model 1", ...), optionally with one line of description each (descriptor mode). A subset of
+the pool is shown under the same ids ("Model 1", "Model 3"): it is never renumbered here, so an id
+names the same worker in every prompt and a Conductor can learn which worker is good at what, also
+inside a subset. Plans use those ids and run as written. (Training in descriptor mode may show
+workers under random ids, ``adaptive.renumber``, so that the description is their only identity;
+the training data maps those ids back.)
 """
 
 from __future__ import annotations
@@ -92,10 +94,15 @@ class PromptSpec:
     max_plan_tokens: int | None = None
     """The longest plan (in tokens) the model was trained to write; plan sources cap generation
     there (a model trained on truncated completions may never learn to stop)."""
+    descriptors: bool = False
+    """Trained in descriptor mode: plan sources show it the workers' descriptions."""
 
 
 def save_prompt_spec(
-    model_dir: str | Path, style: PromptStyle | str, max_plan_tokens: int | None = None
+    model_dir: str | Path,
+    style: PromptStyle | str,
+    max_plan_tokens: int | None = None,
+    descriptors: bool = False,
 ) -> Path:
     """Write :data:`PROMPT_SPEC_FILE` into ``model_dir`` (the folder of saved weights)."""
     path = Path(model_dir) / PROMPT_SPEC_FILE
@@ -106,6 +113,8 @@ def save_prompt_spec(
     }
     if max_plan_tokens is not None:
         data["max_plan_tokens"] = int(max_plan_tokens)
+    if descriptors:
+        data["descriptors"] = True
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
 
@@ -123,6 +132,7 @@ def load_prompt_spec(model_dir: str | Path) -> PromptSpec | None:
             style=PromptStyle(data["prompt_style"]),
             version=str(data.get("prompt_version", PROMPT_VERSION)),
             max_plan_tokens=int(limit) if limit is not None else None,
+            descriptors=bool(data.get("descriptors", False)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(
@@ -232,13 +242,36 @@ def conductor_prompt(
     )
 
 
-def compact_prompt(question: str, workers: OfferedWorkers, *, max_steps: int = 5) -> str:
+def _compact_models(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> str:
+    ids = offered_ids(workers)
+    if descriptors is None:
+        return ", ".join(str(i) for i in ids)
+    if len(descriptors) != len(ids):
+        raise ValueError(
+            f"descriptors: got {len(descriptors)} descriptions for {len(ids)} models; "
+            f"give one description per offered model"
+        )
+    parts = []
+    for i, text in zip(ids, descriptors, strict=True):
+        text = " ".join(str(text).split())
+        parts.append(f"{i} ({text})" if text else str(i))
+    return ", ".join(parts)
+
+
+def compact_prompt(
+    question: str,
+    workers: OfferedWorkers,
+    *,
+    max_steps: int = 5,
+    descriptors: Sequence[str] | None = None,
+) -> str:
     """The ``compact`` Conductor prompt. The question comes last, next to where the plan starts,
-    so that a tiny model can attend to it."""
+    so that a tiny model can attend to it. With ``descriptors`` (descriptor mode) each model's id
+    is followed by its description in brackets ("Models: 0 (strong at math), 2 (...)")."""
     return _fill(
         _template("compact"),
         {
-            "models": ", ".join(str(i) for i in offered_ids(workers)),
+            "models": _compact_models(workers, descriptors),
             "max_steps": str(max_steps),
             "question": question.strip(),
         },
@@ -283,7 +316,7 @@ def conductor_messages(
         raise ValueError("previous_plan and previous_answer: give both (a recursion round) or none")
     chosen = PromptStyle(style)
     if chosen is PromptStyle.COMPACT:
-        first = compact_prompt(question, workers, max_steps=max_steps)
+        first = compact_prompt(question, workers, max_steps=max_steps, descriptors=descriptors)
     else:
         first = conductor_prompt(
             question,

@@ -196,3 +196,26 @@ def test_a_model_of_an_older_prompt_version_is_asked_its_recursion_round_as_it_l
     current = TransformersPlanSource(model_dir, max_new_tokens=2, prompt_version="3")
     assert current.prompt_text(request).count("<|im_start|>") == 4
     assert VLLMBatchPlanSource(older).prompt_version == "2"  # reads the spec; no vLLM needed
+
+
+def test_a_model_trained_in_descriptor_mode_is_shown_the_descriptions(
+    model_dir: Path, tmp_path
+) -> None:
+    """``data.descriptors`` is saved with the weights: the model is then asked with the workers'
+    descriptions even when a request does not ask for them."""
+    import json
+    import shutil
+
+    from conductor_core.workflow.prompts import PROMPT_SPEC_FILE, save_prompt_spec
+
+    trained = tmp_path / "described"
+    shutil.copytree(model_dir, trained)
+    save_prompt_spec(trained, "compact", descriptors=True)
+    assert json.loads((trained / PROMPT_SPEC_FILE).read_text())["descriptors"] is True
+    text = TransformersPlanSource(trained, max_new_tokens=2).prompt_text(_request())
+    described = ", ".join(f"{w.id} ({w.description})" for w in WORKERS)
+    assert f"Models: {described}." in text
+    save_prompt_spec(trained, "compact")
+    assert "descriptors" not in json.loads((trained / PROMPT_SPEC_FILE).read_text())
+    bare = TransformersPlanSource(trained, max_new_tokens=2).prompt_text(_request())
+    assert "Models: 0, 1, 2." in bare

@@ -99,3 +99,51 @@ def test_build_dataset_columns():
     ds = build_dataset(problems, 4, config)
     assert set(ds.column_names) >= {"prompt", "problem_id", "domain", "offered"}
     assert ds[0]["offered"] == [0, 1, 2, 3]
+
+
+def test_descriptor_mode_shows_descriptions_and_renumbering_hides_pool_ids():
+    """Descriptor mode (``data.descriptors``) shows each worker's pool description; with
+    ``adaptive.renumber`` the ids are random (0-9), so the description is the only identity, and
+    ``workers`` maps each shown id back to its pool id."""
+    pool = load_pool(bundled_train_pool_path())
+    descriptions = [w.description for w in pool.workers]
+    problems = select_problems(read_problems(bundled_train_problems_path()), "train", 10)
+    settings = {"steps": 5, "questions_per_step": 4, "data": {"descriptors": True}}
+    plain = build_rows(
+        problems,
+        4,
+        build_config(settings, stage="adaptive", profile="tiny"),
+        descriptions=descriptions,
+    )
+    for r in plain:  # pool ids, described
+        assert r["workers"] == r["offered"]
+        listed = ", ".join(f"{i} ({descriptions[i]})" for i in r["offered"])
+        assert f"Models: {listed}." in r["prompt"][0]["content"]
+    config = build_config(
+        {**settings, "adaptive": {"renumber": True}}, stage="adaptive", profile="tiny"
+    )
+    rows = build_rows(problems, 4, config, descriptions=descriptions)
+    assert rows == build_rows(problems, 4, config, descriptions=descriptions)  # deterministic
+    for r in rows:
+        assert r["offered"] == sorted(r["offered"]) and all(0 <= i < 10 for i in r["offered"])
+        assert sorted(r["workers"]) == sorted(set(r["workers"])) and set(r["workers"]) <= {
+            0,
+            1,
+            2,
+            3,
+        }
+        listed = ", ".join(
+            f"{s} ({descriptions[w]})" for s, w in zip(r["offered"], r["workers"], strict=True)
+        )
+        assert f"Models: {listed}." in r["prompt"][0]["content"]
+    math_ids = {s for r in rows for s, w in zip(r["offered"], r["workers"], strict=True) if w == 0}
+    assert len(math_ids) >= 4  # the math worker appears under many ids
+
+
+def test_renumbering_needs_descriptor_mode():
+    import pytest
+
+    from conductor_core.errors import ConfigError
+
+    with pytest.raises((ConfigError, ValueError), match=r"renumber needs data\.descriptors"):
+        build_config({"adaptive": {"renumber": True}}, stage="adaptive", profile="tiny")

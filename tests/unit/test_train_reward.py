@@ -430,3 +430,20 @@ def test_truncation_rule_follows_the_config():
     rule = truncation_rule(on, Tok())
     assert rule == Truncation(on.generation.max_completion_length, frozenset({2}))
     assert truncation_rule(build_config({}, stage="base"), Tok()) is None
+
+
+def test_renumbered_ids_run_the_pool_workers_they_stand_for():
+    """Descriptor mode's renumbering (``workers`` column): a plan naming shown id 7 runs pool
+    worker 0, and the outcome reports pool ids (the routing metrics are in pool ids)."""
+    ids = [p.id for p in MATH[:40]]
+    r = make_reward()
+    placed = run(
+        r, [plan(7)] * len(ids), ids, offered=[[2, 7]] * len(ids), workers=[[1, 0]] * len(ids)
+    )
+    assert {o.final_worker for o in r.last_outcomes} == {0}
+    assert r.last_metrics["worker_share/0"] == 1.0
+    direct = run(make_reward(), [plan(0)] * len(ids), ids)
+    assert placed == direct  # the same worker, the same simulated answers
+    r = make_reward()
+    assert run(r, [plan(0)], ids[:1], offered=[[2, 7]], workers=[[1, 0]]) == [0.0]  # not shown
+    assert r.last_outcomes[0].format_error_code == "unknown_worker"
