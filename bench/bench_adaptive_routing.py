@@ -19,7 +19,9 @@ offered ids can be written); ``--no-plan-grammar`` measures the model unaided.
 Descriptor mode (``--descriptors``): each offered worker is shown with its pool description. With
 ``--new-worker DOMAIN`` the pool's best worker for DOMAIN is replaced by a newcomer no training
 saw (a new name and simulation seed, the same skills, its description, at the last id), and the
-share of DOMAIN's questions answered by the newcomer is printed for every subset offering it.
+share of DOMAIN's questions answered by the newcomer is printed for every subset offering it,
+beside the share of the other domains' questions it answered (a policy that always picks one
+position or id would score high on the first and the second alike).
 
     .venv/bin/python bench/bench_adaptive_routing.py runs/adaptive/model [--held-out 60]
         [--plans 1] [--temperature 0] [--sizes 2 3] [--pool POOL] [--seed 0] [--no-plan-grammar]
@@ -179,19 +181,30 @@ def with_new_worker(pool: PoolConfig, domain: str, description: str | None) -> t
 
 
 def newcomer_share(results: Sequence[SubsetResult], newcomer: int, domain: str) -> str:
-    """The share of ``domain``'s plans routed to the newcomer, over the subsets offering it."""
-    lines = ["", f"{domain} answered by the newcomer (pool id {newcomer}), where offered:"]
-    shares = []
+    """Over the subsets offering the newcomer: the share of ``domain``'s plans it answered, and
+    the share of the other domains' plans it answered (low when routing reads the description,
+    not a position or an id)."""
+    lines = ["", f"answered by the newcomer (pool id {newcomer}) where offered: {domain} | others"]
+    mine, others = [], []
     for r in results:
         if newcomer not in r.subset:
             continue
-        counts = r.routed.get(domain, Counter())
-        total = sum(counts.values())
-        if total:
-            shares.append(counts[newcomer] / total)
-            lines.append(f"  offered {', '.join(map(str, r.subset))}: {shares[-1]:.3f} of {total}")
-    if shares:
-        lines.append(f"mean over {len(shares)} subsets: {sum(shares) / len(shares):.3f}")
+        own = r.routed.get(domain, Counter())
+        rest: Counter = Counter()
+        for d, counts in r.routed.items():
+            if d != domain:
+                rest.update(counts)
+        if sum(own.values()) and sum(rest.values()):
+            mine.append(own[newcomer] / sum(own.values()))
+            others.append(rest[newcomer] / sum(rest.values()))
+            lines.append(
+                f"  offered {', '.join(map(str, r.subset))}: {mine[-1]:.3f} | {others[-1]:.3f}"
+            )
+    if mine:
+        lines.append(
+            f"mean over {len(mine)} subsets: {sum(mine) / len(mine):.3f} of {domain} | "
+            f"{sum(others) / len(others):.3f} of the others"
+        )
     return "\n".join(lines)
 
 

@@ -189,20 +189,22 @@ def worked_examples(access_mode: AccessMode | str = AccessMode.BINARY) -> list[s
     return examples
 
 
-def _models_block(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> str:
+def _described(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> list[tuple[int, str]]:
+    """The offered ids, each with its description (collapsed to one line; "" without)."""
     ids = offered_ids(workers)
     if descriptors is None:
-        return "\n".join(f"Model {i}" for i in ids)
+        return [(i, "") for i in ids]
     if len(descriptors) != len(ids):
         raise ValueError(
             f"descriptors: got {len(descriptors)} descriptions for {len(ids)} models; "
             f"give one description per offered model"
         )
-    lines = []
-    for i, text in zip(ids, descriptors, strict=True):
-        text = " ".join(str(text).split())
-        lines.append(f"Model {i}: {text}" if text else f"Model {i}")
-    return "\n".join(lines)
+    return [(i, " ".join(str(t).split())) for i, t in zip(ids, descriptors, strict=True)]
+
+
+def _models_block(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> str:
+    lines = _described(workers, descriptors)
+    return "\n".join(f"Model {i}: {text}" if text else f"Model {i}" for i, text in lines)
 
 
 def conductor_prompt(
@@ -243,19 +245,11 @@ def conductor_prompt(
 
 
 def _compact_models(workers: OfferedWorkers, descriptors: Sequence[str] | None) -> str:
-    ids = offered_ids(workers)
-    if descriptors is None:
-        return ", ".join(str(i) for i in ids)
-    if len(descriptors) != len(ids):
-        raise ValueError(
-            f"descriptors: got {len(descriptors)} descriptions for {len(ids)} models; "
-            f"give one description per offered model"
-        )
-    parts = []
-    for i, text in zip(ids, descriptors, strict=True):
-        text = " ".join(str(text).split())
-        parts.append(f"{i} ({text})" if text else str(i))
-    return ", ".join(parts)
+    # The description comes before its id: a causal model then reads it at the id's own
+    # position, from where a plan's worker slot can copy the id.
+    return ", ".join(
+        f"{text}: {i}" if text else str(i) for i, text in _described(workers, descriptors)
+    )
 
 
 def compact_prompt(
@@ -267,7 +261,7 @@ def compact_prompt(
 ) -> str:
     """The ``compact`` Conductor prompt. The question comes last, next to where the plan starts,
     so that a tiny model can attend to it. With ``descriptors`` (descriptor mode) each model's id
-    is followed by its description in brackets ("Models: 0 (strong at math), 2 (...)")."""
+    is preceded by its description ("Models: strong at math: 0, fair at everything: 2.")."""
     return _fill(
         _template("compact"),
         {

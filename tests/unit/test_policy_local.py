@@ -213,7 +213,7 @@ def test_a_model_trained_in_descriptor_mode_is_shown_the_descriptions(
     save_prompt_spec(trained, "compact", descriptors=True)
     assert json.loads((trained / PROMPT_SPEC_FILE).read_text())["descriptors"] is True
     text = TransformersPlanSource(trained, max_new_tokens=2).prompt_text(_request())
-    described = ", ".join(f"{w.id} ({w.description})" for w in WORKERS)
+    described = ", ".join(f"{w.description}: {w.id}" for w in WORKERS)
     assert f"Models: {described}." in text
     save_prompt_spec(trained, "compact")
     assert "descriptors" not in json.loads((trained / PROMPT_SPEC_FILE).read_text())

@@ -117,7 +117,7 @@ def test_descriptor_mode_shows_descriptions_and_renumbering_hides_pool_ids():
     )
     for r in plain:  # pool ids, described
         assert r["workers"] == r["offered"]
-        listed = ", ".join(f"{i} ({descriptions[i]})" for i in r["offered"])
+        listed = ", ".join(f"{descriptions[i]}: {i}" for i in r["offered"])
         assert f"Models: {listed}." in r["prompt"][0]["content"]
     config = build_config(
         {**settings, "adaptive": {"renumber": True}}, stage="adaptive", profile="tiny"
@@ -133,7 +133,7 @@ def test_descriptor_mode_shows_descriptions_and_renumbering_hides_pool_ids():
             3,
         }
         listed = ", ".join(
-            f"{s} ({descriptions[w]})" for s, w in zip(r["offered"], r["workers"], strict=True)
+            f"{descriptions[w]}: {s}" for s, w in zip(r["offered"], r["workers"], strict=True)
         )
         assert f"Models: {listed}." in r["prompt"][0]["content"]
     math_ids = {s for r in rows for s, w in zip(r["offered"], r["workers"], strict=True) if w == 0}

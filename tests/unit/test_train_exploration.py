@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from pathlib import Path
 
 import pytest
 
@@ -24,16 +23,6 @@ from conductor_core.workflow.prompts import compact_prompt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple:
-    from conductor_core.policy import tiny
-
-    path = tiny.build_tiny_conductor(Path(tmp_path_factory.mktemp("tiny")) / "m")
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path)
-    return tok, model
 
 
 def test_offered_prompts_are_recorded_by_token_ids() -> None:

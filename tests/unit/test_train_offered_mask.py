@@ -5,8 +5,6 @@ logits."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conductor_core.errors import ConfigError
@@ -17,16 +15,6 @@ from conductor_core.workflow.prompts import compact_prompt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple:
-    from conductor_core.policy import tiny
-
-    path = tiny.build_tiny_conductor(Path(tmp_path_factory.mktemp("tiny")) / "m")
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path)
-    return tok, model
 
 
 def _digits(tok) -> list[int]:
