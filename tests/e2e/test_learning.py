@@ -5,8 +5,9 @@ bench/bench_learning_pools.py.
 The adaptive and recursive stages cost minutes of training each, so they are measured by bench
 scripts across seeds rather than asserted here: bench/bench_adaptive_routing.py (routing inside
 offered subsets; descriptor mode's newcomer) and bench/bench_recursive_seeds.py (keeping right
-answers, revising wrong ones, from the adaptive model); docs/notes/training.md has the figures. Their plumbing is tested in tests/integration/ (test_train_grpo.py,
-test_trl_trainer_contract.py) and by the pipeline tests.
+answers, revising wrong ones, from the adaptive model); docs/notes/training.md has the figures.
+Their plumbing is tested in tests/integration/ (test_train_grpo.py, test_trl_trainer_contract.py)
+and by the pipeline tests.
 
 One seed. Floating-point results differ between CPUs, so a trajectory is not reproducible
 across machines: the bounds below sit well inside the spread measured over seeds, bases and
