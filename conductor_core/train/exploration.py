@@ -182,7 +182,8 @@ class RoutingProcessor:
         self.blocked: list[tuple[list[int], int] | None] = [None] * len(offered)
         if mask_tokens is not None:
             for index, ids in enumerate(offered):
-                unoffered = [p for p in range(len(mask_tokens)) if ids and p not in set(ids)]
+                given = set(ids or ())
+                unoffered = [p for p in range(len(mask_tokens)) if given and p not in given]
                 if unoffered:
                     bits = sum(1 << p for p in unoffered)
                     self.blocked[index] = ([mask_tokens[p] for p in unoffered], bits)
