@@ -99,19 +99,9 @@ async def score_plan(
         max_rounds=2 if previous is not None else 1,
         worker_ids=tuple(offered),
     )
-    if placement is not None and any(k != v for k, v in placement.items()):
-        outcome = await score_plan(
-            text,
-            problem,
-            RenumberedPool(pool, placement),
-            offered,
-            options=options,
-            executions=executions,
-            sample_index=sample_index,
-            previous=previous,
-        )
-        pool_ids = [placement.get(w, w) for w in outcome.workers]
-        return outcome.model_copy(update={"workers": pool_ids})
+    renumbered = placement is not None and any(k != v for k, v in placement.items())
+    if renumbered:
+        pool = RenumberedPool(pool, placement)
     source = TextPlanSource(text)
     outcomes: list[Outcome] = []
     for e in range(executions):
@@ -132,7 +122,11 @@ async def score_plan(
         outcomes.append(outcome)
         if outcomes[-1].format_error or outcomes[-1].kept:
             break  # nothing runs, so another execution would give the same
-    return combine(outcomes)
+    outcome = combine(outcomes)
+    if renumbered:
+        workers = [placement.get(w, w) for w in outcome.workers]
+        outcome = outcome.model_copy(update={"workers": workers})
+    return outcome
 
 
 def cost_adjusted(
