@@ -165,6 +165,9 @@ def with_new_worker(pool: PoolConfig, domain: str, description: str | None) -> t
     a new name and simulation seed, the same skills, ``description`` (default: the replaced
     worker's), moved to the last id (the workers after it move up one). Returns the pool and the
     newcomer's id."""
+    known = {d for w in pool.workers if w.simulation for d in w.simulation.skills}
+    if domain not in known:
+        raise SystemExit(f"--new-worker: unknown domain {domain!r}; one of {sorted(known)}")
     best = max(range(len(pool.workers)), key=lambda i: skill(pool, i, domain))
     old = pool.workers[best]
     assert old.simulation is not None
