@@ -5,7 +5,10 @@ held-out round-2 figures, decided as deployment decides (a round-2 plan that doe
 the answer).
 
     .venv/bin/python bench/bench_recursive_seeds.py [--seeds 3] [--adaptive DIR] \\
-        [--out runs/recursive] [--set FIELD=VALUE ...]
+        [--out runs/recursive] [--set FIELD=VALUE ...] [--no-plan-grammar]
+
+Held-out plans are decoded under the plan grammar, as deployment decodes them (a local or served
+Conductor); ``--no-plan-grammar`` measures what the model writes unaided.
 
 Targets (issue 25 §3): after a right round-1 answer the answer is kept at least 85% of the time,
 after a wrong one a new plan is written at least half the time; every seed must reach both.
@@ -50,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="runs/recursive")
     parser.add_argument(
+        "--no-plan-grammar",
+        dest="plan_grammar",
+        action="store_false",
+        help="Evaluate without the plan grammar (what the model writes unaided).",
+    )
+    parser.add_argument(
         "--set",
         dest="sets",
         action="append",
@@ -93,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=seed,
                 held_out=None,
                 extra=extra,
+                plan_grammar=args.plan_grammar,
             )
         seconds = round(time.perf_counter() - started)
         if seed == 0:

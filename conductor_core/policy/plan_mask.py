@@ -12,8 +12,10 @@ and the end-of-sequence token only where a complete plan has been written.
 :class:`PlanGrammar` reads a tokenizer's vocabulary once; :meth:`PlanGrammar.processor` gives a
 transformers logits processor for one ``generate`` call (row ``i`` of the batch under request
 ``i``'s grammar), applied before temperature and top-p (transformers puts caller processors first).
-Only :class:`~conductor_core.policy.local.TransformersPlanSource` with ``plan_grammar=True`` uses
-it; GRPO's own sampling (TRL) never does: training learns from what the model writes unaided.
+:class:`~conductor_core.policy.local.TransformersPlanSource` uses it with ``plan_grammar=True``;
+so does the recursive stage's round 2 with ``recursive.round2_grammar``
+(:mod:`~conductor_core.train.grammar_sampling`), which records the masks to train the policy it
+sampled. Other GRPO sampling learns from what the model writes unaided.
 """
 
 from __future__ import annotations
@@ -70,11 +72,14 @@ class PlanGrammar:
             self._fresh[regex] = fresh
         return fresh.deep_copy()
 
-    def processor(self, requests: Sequence[PlanRequest]) -> PlanLogitsProcessor:
-        """A logits processor for one ``generate`` call over ``requests`` (in batch order)."""
+    def processor(
+        self, requests: Sequence[PlanRequest], *, record: bool = False
+    ) -> PlanLogitsProcessor:
+        """A logits processor for one ``generate`` call over ``requests`` (in batch order);
+        ``record`` keeps each step's allowed tokens (:meth:`PlanLogitsProcessor.allowed`)."""
         start = time.perf_counter()
         matchers = [self.matcher(r) for r in requests]
-        processor = PlanLogitsProcessor(matchers, self.eos_token_id)
+        processor = PlanLogitsProcessor(matchers, self.eos_token_id, record=record)
         processor.seconds = time.perf_counter() - start
         return processor
 
@@ -88,16 +93,31 @@ class PlanLogitsProcessor:
     grammar is complete may only end. ``seconds`` is the time spent here and in making the
     matchers (the decoding overhead). ``rejected`` counts tokens a matcher refused (0 unless
     something after the mask changed the choice: that row may then only end, and its plan fails
-    to parse as any malformed plan does).
+    to parse as any malformed plan does). With ``record`` it keeps each step's mask, so that a
+    trainer can score the sampled tokens under the distribution they were drawn from
+    (:meth:`allowed`).
     """
 
-    def __init__(self, matchers: list[Any], eos_token_id: int) -> None:
+    def __init__(self, matchers: list[Any], eos_token_id: int, *, record: bool = False) -> None:
         self.matchers = matchers
         self.eos_token_id = eos_token_id
         self.ended = [False] * len(matchers)
         self.steps = 0
         self.seconds = 0.0
         self.rejected = 0
+        self.record = record
+        self._masks: list[Any] = []  # with record: each step's (rows, vocab) allowed tokens
+
+    def allowed(self) -> Any:
+        """The recorded masks as one ``(rows, steps, vocab)`` bool tensor (on the CPU): at step
+        ``t``, the tokens row ``i`` could be sampled from (every token once the row had ended)."""
+        import torch
+
+        if not self.record:
+            raise ConductorError("plan grammar: the processor was made without record=True")
+        if not self._masks:
+            return torch.ones((len(self.matchers), 0, 0), dtype=torch.bool)
+        return torch.stack(self._masks, dim=1)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import numpy as np
@@ -131,5 +151,7 @@ class PlanLogitsProcessor:
                     bits[self.eos_token_id] = True
                 allowed[i, : len(bits)] = torch.from_numpy(bits)
         scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+        if self.record:
+            self._masks.append(allowed)
         self.seconds += time.perf_counter() - start
         return scores

@@ -488,6 +488,17 @@ class RecursiveSpec(_Strict):
         "[0, 1]. The paper uses 0.25; 0 leaves those round-1 plans untrained, 1 trains them like "
         "any other.",
     )
+    round2_grammar: bool = Field(
+        default=False,
+        description="Train the round-2 policy deployment runs: a Conductor decodes under the plan "
+        "grammar, so in a recursion round it writes the keep plan or a plan that parses, never a "
+        "malformed one. Round 2 is then sampled under that grammar and each of its tokens scored "
+        "under it (log-probabilities renormalised over the tokens the grammar allows there; "
+        "train/grammar_sampling.py). False (the paper is silent): round 2 is sampled unaided, "
+        "and a round-2 plan that does not parse keeps the answer, as deployment treats it. "
+        "`generation.backend: transformers` only (TRL's vLLM generation takes one grammar for "
+        "all prompts).",
+    )
 
 
 class ExperimentalSpec(_Strict):
@@ -792,6 +803,10 @@ class StageConfig(_Strict):
         if self.adaptive.mask_unoffered and self.generation.backend != "transformers":
             raise ValueError(
                 "adaptive.mask_unoffered works with generation.backend: transformers only"
+            )
+        if self.recursive.round2_grammar and self.generation.backend != "transformers":
+            raise ValueError(
+                "recursive.round2_grammar works with generation.backend: transformers only"
             )
         forced = self.stage == "recursive" and self.recursive.forced_fraction > 0
         if forced and self.questions_per_step < 2:

@@ -292,13 +292,15 @@ def stage_experiment(
     held_out: int | None = 60,
     extra: dict[str, Any] | None = None,
     pool_seed: int | None = None,
+    plan_grammar: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``init_from`` with the ``adaptive`` or ``recursive`` stage; evaluate before/after
     (on :func:`random_pool` ``(pool_seed)`` when given, as the base model was trained).
 
     Adaptive: held-out plans with random offered subsets (``out_of_subset_rate`` must fall to 0;
     ``after_greedy`` holds the greedy-decoding metrics after training).
-    Recursive: round-2 keep/revise rates by round-1 correctness (:func:`evaluate_recursion`).
+    Recursive: round-2 keep/revise rates by round-1 correctness (:func:`evaluate_recursion`;
+    ``plan_grammar``: decoded under the plan grammar, as deployment decodes).
     """
     from conductor_core.train.grpo import WARM_DIR, load_model, run_stage
 
@@ -325,7 +327,14 @@ def stage_experiment(
                 temperature=temperature,
             )
         return evaluate_recursion(
-            model, tokenizer, problems, pool, config, seed=seed, plans_per_question=eval_plans
+            model,
+            tokenizer,
+            problems,
+            pool,
+            config,
+            seed=seed,
+            plans_per_question=eval_plans,
+            plan_grammar=plan_grammar,
         )
 
     before = measure(init_from)
@@ -356,10 +365,12 @@ def run_model(
     temperature: float,
     rounds: int = 1,
     adaptive: bool = False,
+    plan_grammar: bool = False,
 ) -> list[Any]:
     """Evaluate the in-memory ``model`` on ``problems`` with
     :func:`~conductor_core.evaluate.runner.run_eval` (``plans_per_question`` repeats, sampled at
-    ``temperature``); returns the evaluation records (traces kept)."""
+    ``temperature``, under the plan grammar with ``plan_grammar``); returns the evaluation
+    records (traces kept)."""
     from conductor_core.evaluate.methods import PlanSourceMethod
     from conductor_core.evaluate.runner import RunConfig, run_eval
     from conductor_core.policy.local import TransformersPlanSource
@@ -376,6 +387,7 @@ def run_model(
         seed=seed,
         prompt_style=config.data.prompt_style,
         prompt_version=PROMPT_VERSION,
+        plan_grammar=plan_grammar,
     )
     offered_for = None
     if adaptive:
@@ -451,11 +463,13 @@ def evaluate_recursion(
     seed: int = 0,
     temperature: float = 1.0,
     plans_per_question: int = 2,
+    plan_grammar: bool = False,
 ) -> dict[str, float]:
-    """Two rounds per plan; returns keep/revise rates by round-1 correctness
+    """Two rounds per plan (decoded under the plan grammar with ``plan_grammar``); returns
+    keep/revise rates by round-1 correctness
     (:func:`~conductor_core.train.recursive.recursion_metrics`, over the plans whose first round
     parsed and ran) and ``keep_prob_when_right`` / ``keep_prob_when_wrong``: the mean probability
-    of writing the keep plan (teacher-forced, so free of sampling noise), and
+    of writing the keep plan (teacher-forced and unaided, so free of sampling noise), and
     ``keep_prob_discrimination`` their difference; ``first_round_keep_rate``: the share of plans
     whose first round was already the keep plan (a format error, so no second round)."""
     from conductor_core.outcome import grade
@@ -471,6 +485,7 @@ def evaluate_recursion(
         seed=seed,
         temperature=temperature,
         rounds=2,
+        plan_grammar=plan_grammar,
     )
     by_id = {p.id: p for p in problems}
     size = len(pool.workers)

@@ -50,6 +50,7 @@ from conductor_core.errors import ConfigError
 
 __all__ = [
     "IMPORTANCE_RATIO_CAP",
+    "LOSS_MASKS",
     "OfferedPrompts",
     "RoutingProcessor",
     "importance_weights",
@@ -57,10 +58,15 @@ __all__ = [
     "routing_exploration",
     "routing_processor",
     "sampling_log_probs",
-    "without_exploration",
+    "without_coverage",
 ]
 
 _SLOT = re.compile(r"model_id\s*=\s*\[\s*(?:\d+\s*,\s*)*$")
+
+LOSS_MASKS = ("unoffered_slots", "grammar_allowed")
+"""Keys of the sampling masks a batch's rows carry to the loss: the offered mask's masked slots
+(:func:`~conductor_core.train.offered_mask.slot_tensor`) and the plan grammar's allowed tokens
+(:func:`~conductor_core.train.grammar_sampling.allowed_tensor`)."""
 
 IMPORTANCE_RATIO_CAP = 3.0
 """Truncation of the importance ratios of tokens not sampled from the policy (the routing
@@ -85,6 +91,8 @@ class OfferedPrompts:
         self.slot_log: list[dict[int, int]] | None = None
         """Per row of the last ``generate`` call under the offered mask: completion position ->
         the pool ids masked there, as a bit set (bit ``p``: pool id ``p``)."""
+        self.coverage_paused = False
+        """Set by :func:`without_coverage`: calls sample with the routing floor only."""
 
     def record(self, prompt_ids: Sequence[Sequence[int]], offered: Sequence[Sequence[int]]) -> None:
         """Record that prompt ``prompt_ids[i]`` offers the pool ids ``offered[i]``."""
@@ -375,8 +383,9 @@ def routing_exploration(
                 f"recorded with their offered workers; generate through the trainer of "
                 f"offered_trainer_class() (it records each batch's rows)"
             )
+        covered = 0 if offered.coverage_paused else coverage
         processor = routing_processor(
-            tokenizer, prompts, workers, input_ids.shape[1], floor, coverage, mask_tokens
+            tokenizer, prompts, workers, input_ids.shape[1], floor, covered, mask_tokens
         )
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(processor)
@@ -411,53 +420,70 @@ def offered_trainer_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.offered_prompts = OfferedPrompts()
             self._batch_offered: list[Any] | None = None
-            # (rows, completion tokens) bit sets of the masked slots of the rows being scored
-            self._unoffered_slots: Any = None
+            # The sampling masks of the rows being scored, by key (LOSS_MASKS): set while a batch
+            # is generated (TRL's old and reference log-probs are computed there), then carried
+            # with their rows through TRL's shuffle and split to the loss.
+            self._loss_masks: dict[str, Any] = {}
             super().__init__(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             self._batch_offered = [row.get("offered") for row in inputs]
             try:
                 output = super()._generate_and_score_completions(inputs)
-                if self._unoffered_slots is not None:  # travels with its rows to the loss
-                    output["unoffered_slots"] = self._unoffered_slots
+                output.update(self._loss_masks)  # travels with its rows to the loss
                 if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
                     log_q = output.pop("sampling_per_token_logps", None)
                     if log_q is not None:
                         self._weight_off_policy_tokens(output, log_q)
             finally:
                 self._batch_offered = None
-                self._unoffered_slots = None
+                self._loss_masks = {}
                 self.offered_prompts.clear()
             return output
 
         def compute_loss(
             self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch=None
         ) -> Any:
-            self._unoffered_slots = inputs.get("unoffered_slots")
+            self._loss_masks = {k: inputs[k] for k in LOSS_MASKS if inputs.get(k) is not None}
             try:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             finally:
-                self._unoffered_slots = None
+                self._loss_masks = {}
 
         def _get_per_token_logps_and_entropies(
             self, model, input_ids, attention_mask, logits_to_keep, *args: Any, **kwargs: Any
         ):
-            """TRL's log-probabilities, under the offered mask at the masked slots of the rows
-            being scored (:func:`~conductor_core.train.offered_mask.masked_log_probs`)."""
-            slots, tokens = self._unoffered_slots, self.offered_prompts.mask_tokens
+            """TRL's log-probabilities, under the masks the rows being scored were sampled
+            under: the offered mask at masked slots
+            (:func:`~conductor_core.train.offered_mask.masked_log_probs`), the plan grammar in
+            rows sampled under it (:func:`~conductor_core.train.offered_mask.grammar_log_probs`)."""
+            slots = self._loss_masks.get("unoffered_slots")
+            allowed = self._loss_masks.get("grammar_allowed")
+            tokens = self.offered_prompts.mask_tokens
             if slots is None or tokens is None or not bool(slots.any()):
+                slots = None
+            if allowed is None or bool(allowed.all()):
+                allowed = None
+            if slots is None and allowed is None:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
                 )
-            if tuple(slots.shape) != (input_ids.size(0), logits_to_keep):
-                raise RuntimeError(
-                    f"offered mask: masked slots of shape {tuple(slots.shape)} for "
-                    f"{input_ids.size(0)} rows of {logits_to_keep} completion tokens"
-                )
+            want = (input_ids.size(0), logits_to_keep)
+            for name, mask in (("offered mask", slots), ("plan grammar", allowed)):
+                if mask is not None and tuple(mask.shape[:2]) != want:
+                    raise RuntimeError(
+                        f"{name}: masks of shape {tuple(mask.shape)} for "
+                        f"{input_ids.size(0)} rows of {logits_to_keep} completion tokens"
+                    )
+            if slots is not None and allowed is not None:
+                raise RuntimeError("the offered mask and the plan grammar never mask one batch")
             import torch
 
-            from conductor_core.train.offered_mask import backbone_and_head, masked_log_probs
+            from conductor_core.train.offered_mask import (
+                backbone_and_head,
+                grammar_log_probs,
+                masked_log_probs,
+            )
 
             backbone, head = backbone_and_head(self.accelerator.unwrap_model(model))
             states: list[Any] = []
@@ -474,9 +500,14 @@ def offered_trainer_class() -> type:
             finally:
                 handle.remove()
             hidden = torch.cat(states, dim=0)[:, -logits_to_keep - 1 : -1]
-            logps = masked_log_probs(
-                logps, hidden, head, slots.to(logps.device), tokens, self.temperature
-            )
+            if slots is not None:
+                logps = masked_log_probs(
+                    logps, hidden, head, slots.to(logps.device), tokens, self.temperature
+                )
+            else:
+                logps = grammar_log_probs(
+                    logps, hidden, head, allowed.to(logps.device), self.temperature
+                )
             return logps, entropies, aux
 
         def _generate_single_turn(
@@ -492,7 +523,9 @@ def offered_trainer_class() -> type:
                 # Set for the rest of this batch's generation step: TRL computes old and
                 # reference log-probs there, which must be masked as the loss's are.
                 length = max((len(ids) for ids in completion_ids), default=0)
-                self._unoffered_slots = slot_tensor(masked, length, self.accelerator.device)
+                self._loss_masks["unoffered_slots"] = slot_tensor(
+                    masked, length, self.accelerator.device
+                )
             log = self.offered_prompts.take_sampling_log()
             if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
                 return completion_ids, logprobs
@@ -538,13 +571,12 @@ def offered_trainer_class() -> type:
 
 
 @contextmanager
-def without_exploration(model: Any) -> Iterator[Any]:
-    """Within the block, ``model.generate`` samples the policy as it is, even inside
-    :func:`routing_exploration` (the recursive stage's second round: coverage writes worker ids
-    at every slot, which would rule out the keep plan)."""
-    wrapped = model.__dict__.pop("generate", None)
+def without_coverage(offered: OfferedPrompts) -> Iterator[OfferedPrompts]:
+    """Within the block, :func:`routing_exploration` samples with its routing floor only (the
+    recursive stage's second round: coverage writes a worker id at every slot, which would rule
+    out the keep plan; the floor leaves the keep plan ``1 - floor`` of its probability)."""
+    paused, offered.coverage_paused = offered.coverage_paused, True
     try:
-        yield model
+        yield offered
     finally:
-        if wrapped is not None:
-            model.generate = wrapped
+        offered.coverage_paused = paused

@@ -461,6 +461,7 @@ def build_trainer(
             first_round_discount=config.recursive.first_round_discount,
             round2_contexts=config.experimental.round2_contexts,
             balance_sources=config.experimental.balance_sources,
+            round2_grammar=config.recursive.round2_grammar,
         )
     return offered_trainer_class()(**kwargs)
 

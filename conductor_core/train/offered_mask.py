@@ -1,4 +1,5 @@
-"""The offered mask: the adaptive stage trains the policy that deployment runs.
+"""Sampling masks in the loss: the adaptive stage's offered mask and the recursive stage's
+round-2 plan grammar, so that each stage trains the policy that deployment runs.
 
 A Conductor is deployed decoding under the plan grammar (a local model through a logits mask in
 ``conductor_core.policy``, a served one through vLLM's structured outputs), which
@@ -17,6 +18,11 @@ worker cannot be sampled, as it cannot be written at deployment.
 
 Only the worker-id slots are masked, and only ids written as one token (every id of a pool of up
 to ten workers with Qwen tokenizers); the rest of the plan is sampled as the model writes it.
+
+The recursive stage's ``recursive.round2_grammar`` is the same construction over the whole plan:
+round 2 is sampled under the plan grammar (:mod:`~conductor_core.train.grammar_sampling`), and
+each of its tokens is scored as ``log pi(a) - log Z``, ``Z`` the policy's mass on the tokens the
+grammar allowed there (:func:`grammar_log_probs`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["backbone_and_head", "masked_log_probs", "slot_tensor"]
+__all__ = ["backbone_and_head", "grammar_log_probs", "masked_log_probs", "slot_tensor"]
 
 
 def slot_tensor(log: Sequence[dict[int, int]], length: int, device: Any = None) -> Any:
@@ -70,13 +76,48 @@ def masked_log_probs(
     if rows.numel() == 0:
         return log_probs
     logits = head(hidden[rows, cols]).float() / temperature
-    pool_log_probs = torch.log_softmax(logits, dim=-1)[:, list(pool_tokens)]  # (n, P)
     bits = slots[rows, cols]
     powers = torch.arange(len(pool_tokens), device=bits.device)
-    masked = ((bits.unsqueeze(1) >> powers) & 1).bool()
-    log_m = torch.logsumexp(pool_log_probs.masked_fill(~masked, float("-inf")), dim=1)
-    # log(1 - m), kept finite when the policy puts (almost) all its mass on masked ids
-    log_keep = torch.log1p(-torch.exp(log_m).clamp(max=1.0 - 1e-6))
+    masked = ((bits.unsqueeze(1) >> powers) & 1).bool()  # (n, P)
+    allowed = torch.ones(logits.shape, dtype=torch.bool, device=logits.device)
+    allowed[:, list(pool_tokens)] = ~masked.to(logits.device)
+    return _renormalised(log_probs, logits, rows, cols, allowed)
+
+
+def grammar_log_probs(
+    log_probs: Any, hidden: Any, head: Any, allowed: Any, temperature: float = 1.0
+) -> Any:
+    """``log_probs`` (B, T) of the sampled completion tokens, each replaced by its
+    log-probability under the plan grammar it was sampled under: ``log pi(a) - log Z``, where
+    ``Z`` is the probability the policy gives the tokens the grammar allows there.
+
+    ``allowed`` (B, T, V) holds the allowed tokens at each position
+    (:meth:`~conductor_core.policy.plan_mask.PlanLogitsProcessor.allowed`; a position allowing
+    every token is left as it is); ``hidden`` and ``head`` as for :func:`masked_log_probs`.
+    Differentiable in ``log_probs`` and ``hidden``.
+    """
+    import torch
+
+    rows, cols = torch.nonzero(~allowed.all(dim=-1), as_tuple=True)
+    if rows.numel() == 0:
+        return log_probs
+    logits = head(hidden[rows, cols]).float() / temperature
+    ok = allowed[rows, cols].to(logits.device)
+    width = min(ok.shape[1], logits.shape[1])
+    keep = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    keep[:, :width] = ok[:, :width]
+    return _renormalised(log_probs, logits, rows, cols, keep)
+
+
+def _renormalised(log_probs: Any, logits: Any, rows: Any, cols: Any, allowed: Any) -> Any:
+    """``log_probs`` with the entries at ``(rows, cols)`` moved to the distribution renormalised
+    over ``allowed`` (n, V): minus the log of the mass ``logits`` (n, V) give the allowed tokens.
+    The sampled token was allowed, so that mass is never 0."""
+    import torch
+
+    log_z = torch.logsumexp(
+        torch.log_softmax(logits, dim=-1).masked_fill(~allowed, float("-inf")), dim=1
+    )
     out = log_probs.clone()
-    out[rows, cols] = log_probs[rows, cols] - log_keep.to(log_probs.dtype)
+    out[rows, cols] = log_probs[rows, cols] - log_z.clamp(max=0.0).to(log_probs.dtype)
     return out

@@ -25,8 +25,12 @@ final reward minus the reward of the round-1 answer it continues. That baseline 
 context only, so the gradient stays the policy gradient of the final reward; keeping (or a plan
 that does not parse) has advantage 0, a new plan gains what it adds to the kept answer and loses
 what it takes away. Generation goes through TRL's own backend (transformers or vLLM), round 2 with
-one sample per prompt and without routing exploration (coverage would write a worker id at every
-slot and so rule out the keep plan).
+one sample per prompt, under the routing floor but without routing coverage (coverage would write
+a worker id at every slot and so rule out the keep plan; the floor leaves the keep plan
+``1 - floor`` of its probability and is importance-corrected like round 1's). With ``recursive.round2_grammar`` (transformers only) round 2
+is sampled under the plan grammar, as deployment decodes it, and trained as that policy
+(:mod:`~conductor_core.train.grammar_sampling`): every round-2 plan is then the keep plan or one
+that parses.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from typing import Any, TypeVar
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PlanRequest, PreviousRound
 from conductor_core.solve import plan_request
-from conductor_core.train.exploration import offered_trainer_class, without_exploration
+from conductor_core.train.exploration import offered_trainer_class, without_coverage
+from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
 from conductor_core.train.reward import ConductorReward, RoundState
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
@@ -151,6 +156,7 @@ def make_recursive_trainer_class():
             first_round_discount: float = 0.25,
             round2_contexts: str = "per_plan",
             balance_sources: bool = False,
+            round2_grammar: bool = False,
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
@@ -162,6 +168,8 @@ def make_recursive_trainer_class():
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
             self.balance_sources = balance_sources
+            self.round2_grammar = round2_grammar
+            self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
             self._batch: _Batch | None = None
             self.round_stats: dict[str, float] = {}
 
@@ -257,12 +265,22 @@ def make_recursive_trainer_class():
             texts = self.processing_class.batch_decode(
                 [completion_ids[r] for r in batch.first_rows], skip_special_tokens=True
             )
-            round2_ids = self._second_round_prompts(batch, texts)
-            with without_exploration(self.accelerator.unwrap_model(self.model)):
+            round2_ids, requests = self._second_round_prompts(batch, texts)
+            processor = self._round2_processor(requests)
+            model = self.accelerator.unwrap_model(self.model)
+            with without_coverage(self.offered_prompts), generating_under(model, processor):
                 comp2, lp2 = super()._generate_single_turn(round2_ids, None, {}, 1)
             for k, r in enumerate(batch.second_rows):
                 prompt_ids[r] = round2_ids[k]  # the caller keeps this list as the prompts
                 completion_ids[r] = comp2[k]
+            if processor is not None:  # the loss scores round 2 under the grammar it was sampled
+                self._loss_masks["grammar_allowed"] = allowed_tensor(
+                    processor.allowed(),
+                    batch.second_rows,
+                    len(prompt_ids),
+                    max(len(ids) for ids in completion_ids),
+                    self.accelerator.device,
+                )
             if lp1 is None and lp2 is None:
                 return completion_ids, None
             # Sampling log-probs for every row; NaN (sampled from the policy, no correction)
@@ -273,8 +291,22 @@ def make_recursive_trainer_class():
                     logprobs[r] = lps[k] if lps is not None else [math.nan] * len(comps[k])
             return completion_ids, logprobs
 
-        def _second_round_prompts(self, batch: _Batch, texts: list[str]) -> list[list[int]]:
-            """Run the round-1 plans, cache their outcomes and build the round-2 prompts."""
+        def _round2_processor(self, requests: list[PlanRequest]) -> Any:
+            """With ``round2_grammar``, a recording plan-grammar logits processor for round 2's
+            requests (in row order); else None."""
+            if not self.round2_grammar:
+                return None
+            if self._grammar is None:
+                from conductor_core.policy.plan_mask import PlanGrammar
+
+                self._grammar = PlanGrammar(self.processing_class)
+            return self._grammar.processor(requests, record=True)
+
+        def _second_round_prompts(
+            self, batch: _Batch, texts: list[str]
+        ) -> tuple[list[list[int]], list[PlanRequest]]:
+            """Run the round-1 plans, cache their outcomes and build the round-2 prompts: their
+            token ids and their requests (what the plan grammar of each is made from)."""
             rows = batch.first_rows
             inputs = batch.inputs
             step = int(self.state.global_step)
@@ -298,8 +330,10 @@ def make_recursive_trainer_class():
                 batch.sources = [grp[i] for grp, i in zip(groups, picks, strict=True) for _ in grp]
             tokenizer = self.processing_class
             pool_size = len(self.conductor_reward.pool_config.workers)
-            prompts: dict[int, list[int]] = {}
+            prompts: dict[int, tuple[list[int], PlanRequest]] = {}
             ids: list[list[int]] = []
+            requests: list[PlanRequest] = []
+            offered_rows: list[list[int]] = []
             for r2, source in zip(batch.second_rows, batch.sources, strict=True):
                 text, outcome = by_row[source]
                 offered = inputs[source].get("offered") or list(range(pool_size))
@@ -311,9 +345,13 @@ def make_recursive_trainer_class():
                     problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
                     options = replace(self.options, worker_ids=tuple(offered))
                     request = plan_request(problem.question, pool_size, options, previous=previous)
-                    prompts[source] = prompt_token_ids(tokenizer, request)
-                ids.append(list(prompts[source]))
-            return ids
+                    prompts[source] = (prompt_token_ids(tokenizer, request), request)
+                ids.append(list(prompts[source][0]))
+                requests.append(prompts[source][1])
+                offered_rows.append(offered)
+            # The routing floor looks each prompt up with the workers it offers.
+            self.offered_prompts.record(ids, offered_rows)
+            return ids, requests
 
         def async_loop_or_new(self):
             """TRL's reward event loop (started because the reward is async)."""

@@ -364,7 +364,7 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
     slots = output["unoffered_slots"]
     assert slots.shape == output["completion_ids"].shape
     assert int(slots[1, 0]) == 0b0101 and int(slots.count_nonzero()) == 1
-    assert trainer._unoffered_slots is None  # the batch is done
+    assert trainer._loss_masks == {}  # the batch is done
 
     completion = output["completion_ids"]
     ids = torch.cat([output["prompt_ids"], completion], dim=1)
@@ -373,11 +373,11 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
         plain, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, ids, mask, completion.size(1)
         )
-        trainer._unoffered_slots = slots
+        trainer._loss_masks = {"unoffered_slots": slots}
         masked, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, ids, mask, completion.size(1)
         )
-        trainer._unoffered_slots = None
+        trainer._loss_masks = {}
         logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
     probs = torch.softmax(logits[0, ids.size(1) - completion.size(1) - 1].float(), dim=-1)
     m = float(probs[digits[0]] + probs[digits[2]])
@@ -387,4 +387,4 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
     assert torch.equal(masked[rest], plain[rest])
     trainer.current_gradient_accumulation_steps = 1  # what training_step sets before the loss
     loss = trainer.compute_loss(trainer.model, output)
-    assert torch.isfinite(loss) and trainer._unoffered_slots is None
+    assert torch.isfinite(loss) and trainer._loss_masks == {}

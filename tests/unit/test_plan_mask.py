@@ -194,11 +194,14 @@ def test_the_grammar_is_off_unless_asked_for_and_in_training(model_dir: Path) ->
     source = TransformersPlanSource(model_dir, max_new_tokens=4, seed=0)
     result = asyncio.run(source.plan(_request()))
     assert "plan_grammar" not in result.extra
-    # GRPO samples with TRL's own generate: nothing under conductor_core/train reaches the grammar
+    # GRPO samples with TRL's own generate, unaided: in training only the recursive stage's round 2
+    # reaches the grammar, and only when its config asks for it
+    from conductor_core.train.config import RecursiveSpec
+
+    assert RecursiveSpec().round2_grammar is False
     train = Path(__file__).resolve().parents[2] / "conductor_core" / "train"
-    for path in train.rglob("*.py"):
-        text = path.read_text()
-        assert "plan_mask" not in text and "plan_grammar" not in text, path
+    users = {p.name for p in train.rglob("*.py") if "import PlanGrammar" in p.read_text()}
+    assert users == {"recursive.py"}
 
 
 # -- the switch: on by default for solve, plan, serve and eval; --no-plan-grammar ------------------

@@ -17,7 +17,7 @@ from conductor_core.train.exploration import (
     routing_exploration,
     routing_processor,
     sampling_log_probs,
-    without_exploration,
+    without_coverage,
 )
 from conductor_core.workflow.prompts import compact_prompt
 
@@ -90,7 +90,7 @@ def _first_ids(
 ) -> list[int]:
     """The token sampled right after ``model_id = [`` for ``rows`` copies of ``prompt`` (recorded
     as offering ``offered``), under :func:`routing_exploration` with ``exploration`` (floor,
-    coverage); ``paused``: inside :func:`without_exploration` as well."""
+    coverage); ``paused``: inside :func:`without_coverage` as well."""
     ids = tok([prompt] * rows, return_tensors="pt", add_special_tokens=False)
     recorded = OfferedPrompts()
     recorded.record([tok.encode(prompt, add_special_tokens=False)], [offered])
@@ -104,7 +104,7 @@ def _first_ids(
 
     with routing_exploration(model, tok, recorded, **exploration):
         wrapped = model.generate
-        with without_exploration(model) if paused else nullcontext():
+        with without_coverage(recorded) if paused else nullcontext():
             out = model.generate(
                 **ids,
                 max_new_tokens=len(opening) + 1,
@@ -228,17 +228,19 @@ def test_coverage_samples_distinct_workers_in_generate(tiny) -> None:
         pass
 
 
-def test_without_exploration_samples_the_policy_inside_exploration(tiny) -> None:
+def test_without_coverage_samples_the_policy_or_the_floor_inside_exploration(tiny) -> None:
     """The recursive stage's second round: coverage would write a worker id at every slot (no
-    keep plan); paused, the policy's own choice comes back."""
+    keep plan); paused, the policy's own choice comes back, mixed with the floor if any."""
     tok, model = tiny
     digit = {i: tok.encode(str(i), add_special_tokens=False)[0] for i in range(4)}
     prompt = compact_prompt("What is 2+2?", [1, 3], max_steps=3)
     offered = {digit[1], digit[3]}
-    explored = _first_ids(tok, model, prompt, [1, 3], 32, floor=0.99, coverage=2)
-    paused = _first_ids(tok, model, prompt, [1, 3], 32, paused=True, floor=0.99, coverage=2)
-    assert sum(t in offered for t in explored) >= 28
+    explored = _first_ids(tok, model, prompt, [1, 3], 32, coverage=32)
+    paused = _first_ids(tok, model, prompt, [1, 3], 32, paused=True, coverage=32)
+    floored = _first_ids(tok, model, prompt, [1, 3], 32, paused=True, floor=0.99, coverage=32)
+    assert sum(t in offered for t in explored) == 32
     assert sum(t in offered for t in paused) < 16  # the random tiny policy: anything
+    assert sum(t in offered for t in floored) >= 28
     assert "generate" not in vars(model)
 
 
