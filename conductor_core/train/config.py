@@ -520,7 +520,8 @@ class ExperimentalSpec(_Strict):
         "sampled plan, mix this share of a uniform choice over the offered workers into the "
         "policy's, so that no worker drops out of sampling before a small policy tells question "
         "types apart (train/exploration.py); the loss weights those choices by their truncated "
-        "importance ratio (capped at 3.0). Round-1 plans only in the recursive stage. 0 "
+        "importance ratio (capped at 3.0). In the recursive stage round-2 plans too (the keep plan "
+        "keeps 1 - floor of its probability). 0 "
         "(the paper) samples the policy as it is. `generation.backend: transformers` only.",
     )
     routing_coverage: int = Field(
@@ -535,21 +536,6 @@ class ExperimentalSpec(_Strict):
         "covers round-1 plans only (round 2 samples the policy, which may keep). 0 (the paper) "
         "samples the policy. `generation.backend: transformers` only.",
     )
-    round2_contexts: Literal["per_plan", "shared"] = Field(
-        default="per_plan",
-        description="Which round-1 plans a round-2 group of the recursive stage continues. "
-        "`per_plan` (the paper): row i of the round-2 group continues row i of its round-1 "
-        "group, so every forced pair brings one recursion context per plan. `shared`: the whole "
-        "round-2 group continues one round-1 plan, so its samples share one context (the tiny "
-        "profile).",
-    )
-    balance_sources: bool = Field(
-        default=False,
-        description="With `round2_contexts: shared`, choose the round-1 plan each round-2 group "
-        "continues so that right and wrong answers are continued equally often (where a group has "
-        "both), instead of at random. Otherwise the keep decision mostly learns the share of right "
-        "answers, not which ones.",
-    )
     warmup_recursion_fraction: float = Field(
         default=0.0,
         ge=0.0,
@@ -559,22 +545,11 @@ class ExperimentalSpec(_Strict):
         "recursive stage.",
     )
 
-    @model_validator(mode="after")
-    def _check_contexts(self) -> ExperimentalSpec:
-        if self.balance_sources and self.round2_contexts != "shared":
-            raise ValueError(
-                "balance_sources needs round2_contexts: shared (with per_plan every round-1 plan "
-                "is continued)"
-            )
-        return self
-
 
 MOVED_KEYS: dict[str, str] = {
     "reward.truncated_is_format_error": "experimental.truncated_is_format_error",
     "generation.routing_floor": "experimental.routing_floor",
     "generation.routing_coverage": "experimental.routing_coverage",
-    "recursive.round2_contexts": "experimental.round2_contexts",
-    "recursive.balance_sources": "experimental.balance_sources",
     "warmup.recursion_fraction": "experimental.warmup_recursion_fraction",
 }
 """Stage-config keys that moved, old dotted name -> new one (an old key is an error naming it)."""
@@ -583,6 +558,10 @@ REMOVED_KEYS: dict[str, str] = {
     "generation.importance_ratio_cap": "the cap is fixed at 3.0, TRL's cap for vLLM sampling",
     "recursive.discount_format_errors": "every forced round-1 plan is discounted, as in the paper",
     "adaptive.shuffle": "offered workers keep their pool ids, in pool order",
+    "recursive.round2_contexts": "each round-2 plan continues its own round-1 plan (the paper)",
+    "experimental.round2_contexts": "each round-2 plan continues its own round-1 plan (the paper)",
+    "recursive.balance_sources": "round 2 continues the round-1 answers as sampled",
+    "experimental.balance_sources": "round 2 continues the round-1 answers as sampled",
 }
 """Stage-config keys that were removed, old dotted name -> what happens now."""
 

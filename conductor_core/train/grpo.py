@@ -459,8 +459,6 @@ def build_trainer(
             rounds=rounds or RoundState(),
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
-            round2_contexts=config.experimental.round2_contexts,
-            balance_sources=config.experimental.balance_sources,
             round2_grammar=config.recursive.round2_grammar,
         )
     return offered_trainer_class()(**kwargs)

@@ -7,30 +7,27 @@ A generation batch holds ``B`` groups of ``G`` plans (one group per question). T
 does): group ``2j`` holds round-1 plans for a question, and group ``2j + 1`` holds round-2 plans
 for the same question, each written after seeing a round-1 plan of group ``2j`` and its final
 answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
-single-round groups. Which round-1 plan a round-2 row continues is
-``experimental.round2_contexts``:
-
-* ``per_plan`` (the paper): row ``i`` of the round-2 group continues row ``i`` of the round-1
-  group, so each forced pair brings ``G`` distinct recursion contexts;
-* ``shared``: the whole round-2 group continues one round-1 plan (drawn at random, or balanced
-  between right and wrong answers with ``experimental.balance_sources``), so the group's samples
-  share one context.
+single-round groups. Row ``i`` of a round-2 group continues row ``i`` of its round-1 group (the
+paper's sampling), so every forced pair brings ``G`` recursion contexts, each drawn as the policy
+answers.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
 second round (both through :func:`~conductor_core.solve.solve`; a round-2 plan that does not parse
-keeps the answer, as in deployment, and scores it). Round-1 groups get GRPO's group-normalised
+keeps the answer, as in deployment, and scores it, unless ``experimental.truncated_is_format_error``
+makes a cut-off plan a format error scoring 0). Round-1 groups get GRPO's group-normalised
 advantages, those of forced round-1 rows multiplied by ``first_round_discount`` (the paper:
 0.25). A round-2 row's advantage is measured against what keeping is worth, known exactly: its
 final reward minus the reward of the round-1 answer it continues. That baseline depends on the
-context only, so the gradient stays the policy gradient of the final reward; keeping (or a plan
-that does not parse) has advantage 0, a new plan gains what it adds to the kept answer and loses
-what it takes away. Generation goes through TRL's own backend (transformers or vLLM), round 2 with
-one sample per prompt, under the routing floor but without routing coverage (coverage would write
-a worker id at every slot and so rule out the keep plan; the floor leaves the keep plan
-``1 - floor`` of its probability and is importance-corrected like round 1's). With ``recursive.round2_grammar`` (transformers only) round 2
-is sampled under the plan grammar, as deployment decodes it, and trained as that policy
-(:mod:`~conductor_core.train.grammar_sampling`): every round-2 plan is then the keep plan or one
-that parses.
+context only, so the gradient stays the policy gradient of the final reward; keeping has
+advantage 0, a new plan gains what it adds to the kept answer and loses what it takes away.
+
+Generation goes through TRL's own backend (transformers or vLLM), round 2 with one sample per
+prompt, under the routing floor but without routing coverage (coverage would write a worker id at
+every slot and so rule out the keep plan; the floor leaves the keep plan ``1 - floor`` of its
+probability and is importance-corrected like round 1's). With ``recursive.round2_grammar``
+(transformers only) round 2 is sampled under the plan grammar, as deployment decodes it, and
+trained as that policy (:mod:`~conductor_core.train.grammar_sampling`): every round-2 plan is
+then the keep plan or one that parses.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from random import Random
 from typing import Any, TypeVar
 
 from conductor_core.outcome import Outcome
@@ -71,28 +67,16 @@ def forced_pairs(groups: int, fraction: float) -> int:
     return max(0, min(groups // 2, round(groups * fraction / 2)))
 
 
-def pair_rows(
-    pairs: int, group: int, contexts: str, rng: Random
-) -> tuple[list[int], list[int], list[int]]:
-    """The batch layout of ``pairs`` forced trajectories of ``group`` plans each.
-
-    Returns ``(first_rows, second_rows, sources)``: the round-1 rows, the round-2 rows, and for
-    each round-2 row the round-1 row it continues (``contexts``: ``per_plan`` or ``shared``, see
-    the module docstring).
-    """
-    if contexts not in ("per_plan", "shared"):
-        raise ValueError(f"round2_contexts: unknown value {contexts!r}; use per_plan or shared")
+def pair_rows(pairs: int, group: int) -> tuple[list[int], list[int]]:
+    """The batch layout of ``pairs`` forced trajectories of ``group`` plans each: the round-1
+    rows and the round-2 rows, round-2 row ``k`` continuing round-1 row ``k``."""
     first: list[int] = []
     second: list[int] = []
-    sources: list[int] = []
     for j in range(pairs):
         a, b = 2 * j * group, (2 * j + 1) * group
-        shared = a + rng.randrange(group)
-        for i in range(group):
-            first.append(a + i)
-            second.append(b + i)
-            sources.append(a + i if contexts == "per_plan" else shared)
-    return first, second, sources
+        first.extend(range(a, a + group))
+        second.extend(range(b, b + group))
+    return first, second
 
 
 def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
@@ -102,28 +86,6 @@ def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
         return
     kept = [r for r in rows if r < advantages.shape[0]]
     advantages[kept] = advantages[kept] * factor
-
-
-def balanced_sources(correct: list[list[bool]], rng: Random) -> list[int]:
-    """Which row of each round-1 group a round-2 group continues, balancing right and wrong.
-
-    ``correct[j][i]``: whether row ``i`` of group ``j`` answered right. Groups are visited in a
-    random order; each takes a row of the class (right or wrong) continued less often so far,
-    when it has one, else a row of the other class; the row within a class is random.
-    """
-    picks = [0] * len(correct)
-    counts = {True: 0, False: 0}
-    order = list(range(len(correct)))
-    rng.shuffle(order)
-    for j in order:
-        tie = counts[True] == counts[False]
-        want = rng.random() < 0.5 if tie else counts[True] < counts[False]
-        rows = [i for i, c in enumerate(correct[j]) if bool(c) == want] or list(
-            range(len(correct[j]))
-        )
-        picks[j] = rng.choice(rows)
-        counts[bool(correct[j][picks[j]])] += 1
-    return picks
 
 
 def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bool:
@@ -154,8 +116,6 @@ def make_recursive_trainer_class():
             rounds: RoundState,
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
-            round2_contexts: str = "per_plan",
-            balance_sources: bool = False,
             round2_grammar: bool = False,
             **kwargs: Any,
         ) -> None:
@@ -164,10 +124,8 @@ def make_recursive_trainer_class():
             self.rounds = rounds
             # The stage's plan format and prompt style, as the reward scores plans.
             self.options = conductor_reward.options
-            self.round2_contexts = round2_contexts
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
-            self.balance_sources = balance_sources
             self.round2_grammar = round2_grammar
             self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
             self._batch: _Batch | None = None
@@ -179,10 +137,8 @@ def make_recursive_trainer_class():
             self.rounds.clear()
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
             batch = _Batch(inputs=inputs, group=g, pairs=pairs)
-            rng = Random(f"{self.args.seed}:{self.state.global_step}")
-            batch.first_rows, batch.second_rows, batch.sources = pair_rows(
-                pairs, g, self.round2_contexts, rng
-            )
+            batch.first_rows, batch.second_rows = pair_rows(pairs, g)
+            batch.sources = list(batch.first_rows)
             for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
                 inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
             self._batch = batch
@@ -320,14 +276,6 @@ def make_recursive_trainer_class():
             by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
             for r, (_, outcome) in by_row.items():
                 self.rounds.cached[r] = outcome
-            if self.balance_sources and self.round2_contexts == "shared":
-                rng = Random(f"{self.args.seed}:{step}:sources")
-                g = batch.group
-                groups = [rows[j * g : (j + 1) * g] for j in range(batch.pairs)]
-                picks = balanced_sources(
-                    [[by_row[r][1].correct for r in grp] for grp in groups], rng
-                )
-                batch.sources = [grp[i] for grp, i in zip(groups, picks, strict=True) for _ in grp]
             tokenizer = self.processing_class
             pool_size = len(self.conductor_reward.pool_config.workers)
             prompts: dict[int, tuple[list[int], PlanRequest]] = {}

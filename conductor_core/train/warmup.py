@@ -33,6 +33,7 @@ from conductor_core.workflow.model import (
     Workflow,
     offered_ids,
 )
+from conductor_core.workflow.parser import try_parse_plan
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
@@ -117,6 +118,113 @@ def warmup_texts(
     return out
 
 
+def own_plans(
+    model: Any, tokenizer: Any, messages: Sequence[list[dict[str, str]]], max_new_tokens: int
+) -> list[str]:
+    """The plan ``model`` writes greedily for each prompt (``messages``), batched."""
+    import torch
+
+    texts = [
+        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        for m in messages
+    ]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    out: list[str] = []
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for start in range(0, len(texts), 64):
+                batch = tokenizer(
+                    texts[start : start + 64],
+                    return_tensors="pt",
+                    add_special_tokens=False,
+                    padding=True,
+                ).to(device)
+                ids = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                width = batch["input_ids"].shape[1]
+                out.extend(tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = side
+    return [text.strip() for text in out]
+
+
+def recursion_warmup_texts(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool_size: int,
+    config: StageConfig,
+    count: int,
+    *,
+    seed: int = 0,
+) -> list[tuple[list[dict[str, str]], str]]:
+    """``count`` (prompt messages, plan text) pairs that refresh a trained model's recursion
+    round before the recursive stage (``warmup.enabled`` in that stage), written by the model
+    itself: each training question's round-1 plan is the one ``model`` writes greedily.
+
+    Half of the pairs are a round 1 with that plan as the target (the model's routing, kept as
+    it is); half are a recursion round after that plan and a simulated previous answer (right or
+    wrong, half of them closed by a sentence of doubt), answered half the time by the keep plan
+    and half by the model's round-1 plan again, whatever the answer. A model trained on round 1
+    only stops writing the keep plan (it is a format error there) and routes a new round-2 plan
+    as its untrained round 2 does; this gives the stage both decisions to compare, with new plans
+    routed as well as round 1, and leaves which decision fits which answer to GRPO. A question
+    whose greedy plan does not parse gets a synthetic plan (:func:`synthetic_plan`) instead.
+    """
+
+    rng = Random(seed)
+    chosen = [rng.choice(list(problems)) for _ in range(count)]
+    unique = {p.id: p for p in chosen}
+    firsts = {pid: stage_prompt(config, p.question, pool_size) for pid, p in unique.items()}
+    plans = dict(
+        zip(
+            firsts,
+            own_plans(
+                model, tokenizer, list(firsts.values()), config.generation.max_completion_length
+            ),
+            strict=True,
+        )
+    )
+    # A greedy plan that does not parse is no target: that question gets a synthetic plan.
+    for pid, plan in plans.items():
+        if (
+            try_parse_plan(
+                plan,
+                workers=pool_size,
+                max_steps=config.data.max_steps,
+                access_mode=AccessMode(config.data.access_mode),
+            )[0]
+            is None
+        ):
+            plans[pid] = synthetic_plan(
+                rng,
+                pool_size,
+                max_plan_steps=min(config.warmup.max_plan_steps, config.data.max_steps),
+                access_mode=config.data.access_mode,
+            )
+    bank = ProblemBank(list(problems))
+    out = []
+    for p in chosen:
+        plan = plans[p.id]
+        if rng.random() < 0.5:
+            out.append((firsts[p.id], plan))
+            continue
+        shown = render_answer(p, rng.random() < 0.5, rng, bank)
+        if rng.random() < 0.5:
+            shown = hedge_answer(p, shown, rng)
+        messages = stage_prompt(
+            config, p.question, pool_size, previous=PreviousRound(plan=plan, answer=shown)
+        )
+        out.append((messages, KEEP_PLAN if rng.random() < 0.5 else plan))
+    return out
+
+
 def encode_example(
     tokenizer: Any, messages: list[dict[str, str]], plan: str, *, prompt_loss: bool
 ) -> tuple[list[int], list[int]]:
@@ -147,9 +255,13 @@ def run_warmup(
 
     spec = config.warmup
     torch.manual_seed(config.seed)
-    examples = warmup_texts(
-        problems, pool_size, config, spec.steps * spec.batch_size, seed=config.seed + 1
-    )
+    count = spec.steps * spec.batch_size
+    if config.stage == "recursive":
+        examples = recursion_warmup_texts(
+            model, tokenizer, problems, pool_size, config, count, seed=config.seed + 1
+        )
+    else:
+        examples = warmup_texts(problems, pool_size, config, count, seed=config.seed + 1)
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device

@@ -62,8 +62,7 @@ def test_adaptive_stage_starts_from_base(base_run, tmp_path):
     assert result.steps == 1 and (result.model_dir / "config.json").is_file()
 
 
-@pytest.mark.parametrize(("contexts", "expected"), [("shared", 1.0), ("per_plan", 2.0)])
-def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expected):
+def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
     from conductor_core.train.grpo import run_stage
     from conductor_core.workflow.prompts import load_prompt_spec
 
@@ -74,18 +73,48 @@ def test_recursive_stage_forces_second_rounds(base_run, tmp_path, contexts, expe
         steps=1,
         init_from=str(base.model_dir),
         recursive={"forced_fraction": 0.5},
-        experimental={"round2_contexts": contexts, "balance_sources": contexts == "shared"},
     )
     result = run_stage(config, progress=False)
     assert result.steps == 1
     logged = [h for h in result.history if "recursion/second_round_rows" in h]
     # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group, whose
-    # two rows continue one shared round-1 plan, or each its own (per_plan, the paper's).
+    # two rows each continue their own round-1 plan (the paper's sampling).
     assert logged and logged[0]["recursion/second_round_rows"] == 2.0
-    assert logged[0]["recursion/contexts"] == expected
+    assert logged[0]["recursion/contexts"] == 2.0
     assert 0.0 <= logged[0]["recursion/first_format_error_rate"] <= 1.0
     # The trained model is saved with the prompt style it learned.
     assert load_prompt_spec(result.model_dir).style == "compact"
+
+
+def test_recursive_stage_trains_round_two_under_the_grammar(base_run, tmp_path, monkeypatch):
+    """``recursive.round2_grammar``: round 2 is sampled under the plan grammar, and the loss
+    scores exactly the round-2 rows under it (train/grammar_sampling.py)."""
+    import conductor_core.train.offered_mask as offered_mask
+    from conductor_core.train.grpo import run_stage
+
+    seen = []
+    original = offered_mask.grammar_log_probs
+
+    def spy(log_probs, hidden, head, allowed, temperature=1.0):
+        seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
+        return original(log_probs, hidden, head, allowed, temperature)
+
+    monkeypatch.setattr(offered_mask, "grammar_log_probs", spy)
+    _, base = base_run
+    config = small(
+        tmp_path / "recursive",
+        stage="recursive",
+        steps=1,
+        init_from=str(base.model_dir),
+        recursive={"forced_fraction": 0.5, "round2_grammar": True},
+        beta=0.05,
+    )
+    result = run_stage(config, progress=False)
+    assert result.steps == 1
+    # 4 groups of 2 plans, the first pair forced: rows 2 and 3 are round 2, scored under the
+    # grammar twice: by the KL reference at generation, then by the loss (after TRL's shuffle)
+    assert seen and all(any(rows) for rows in seen)
+    assert sum(sum(rows) for rows in seen) == 4
 
 
 def expected_ids(config, steps: int) -> list[list[str]]:

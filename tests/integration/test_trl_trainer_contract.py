@@ -388,3 +388,60 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
     trainer.current_gradient_accumulation_steps = 1  # what training_step sets before the loss
     loss = trainer.compute_loss(trainer.model, output)
     assert torch.isfinite(loss) and trainer._loss_masks == {}
+
+
+def test_a_grammar_sampled_row_is_scored_under_the_grammar_in_trls_batch_and_loss(
+    make_trainer, tmp_path
+):
+    """train/grammar_sampling.py through TRL's own batch path: the allowed tokens recorded at
+    generation travel with their rows (``grammar_allowed``), and TRL's log-probability of each
+    token of a grammar-sampled row becomes ``log pi - log Z``, ``Z`` the policy's mass on the
+    allowed tokens there; rows sampled unaided keep TRL's own, and the loss runs on it."""
+    import math
+
+    import torch
+
+    from conductor_core.train.exploration import offered_trainer_class
+    from conductor_core.train.grammar_sampling import allowed_tensor
+
+    class Recorded(offered_trainer_class()):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            # What the recursive stage leaves after sampling row 1 under a grammar that allowed
+            # the token it wrote and the 8 lowest ids at each step.
+            width = max(len(c) for c in completion_ids)
+            masks = torch.zeros((1, width, self.model.config.vocab_size), dtype=torch.bool)
+            masks[0, :, :8] = True
+            for t, token in enumerate(completion_ids[1]):
+                masks[0, t, token] = True
+            self._loss_masks["grammar_allowed"] = allowed_tensor(masks, [1], len(prompt_ids), width)
+            return completion_ids, logprobs
+
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP, scale_rewards="group")
+    trainer = make_trainer(config, cls=Recorded)
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(rows())
+    allowed = output["grammar_allowed"]
+    completion = output["completion_ids"]
+    assert allowed.shape[:2] == completion.shape and trainer._loss_masks == {}
+    ids = torch.cat([output["prompt_ids"], completion], dim=1)
+    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    with torch.no_grad():
+        plain, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._loss_masks = {"grammar_allowed": allowed}
+        under, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._loss_masks = {}
+        logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
+    start = ids.size(1) - completion.size(1) - 1
+    probs = torch.softmax(logits[0, start].float(), dim=-1)
+    z = float(probs[allowed[1, 0, : probs.shape[0]]].sum())
+    assert float(under[1, 0]) == pytest.approx(float(plain[1, 0]) - math.log(z), abs=1e-4)
+    assert float(under[1, 0]) > float(plain[1, 0])
+    assert torch.equal(under[0], plain[0]) and torch.equal(under[2:], plain[2:])
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.compute_loss(trainer.model, output)
+    assert torch.isfinite(loss) and trainer._loss_masks == {}

@@ -36,7 +36,7 @@ def test_defaults_are_the_papers_numbers():
     assert c.loss_type == "dapo"  # TRL's default; the paper profile selects "grpo"
     assert c.recursive.forced_fraction == 0.5 and c.recursive.first_round_discount == 0.25
     assert c.experimental == ExperimentalSpec()  # the paper has none of the experiments
-    assert c.experimental.round2_contexts == "per_plan" and c.experimental.routing_floor == 0.0
+    assert c.experimental.routing_floor == 0.0 and c.recursive.round2_grammar is False
     assert c.warmup.enabled is False and c.lora.enabled is False
     assert c.generation.vllm_mode == "colocate"
 
@@ -80,8 +80,6 @@ EXPERIMENT_VALUES = {
     "truncated_is_format_error": "true",
     "routing_floor": "0.25",
     "routing_coverage": "2",
-    "round2_contexts": "shared",
-    "balance_sources": "true",
     "recursion_fraction": "0.5",
     "warmup_recursion_fraction": "0.5",
 }
@@ -100,7 +98,7 @@ def test_a_moved_key_names_its_new_home(tmp_path, old, new):
         load_config(path, stage="recursive", profile="tiny")
     with pytest.raises(ConfigError, match=rf"^training config: {moved}$"):
         build_config({}, overrides=parse_sets([f"{old}={value}"]))
-    sets = [f"{new}={value}", "experimental.round2_contexts=shared"]
+    sets = [f"{new}={value}"]
     built = build_config({}, overrides=parse_sets(sets)).experimental
     assert getattr(built, new.removeprefix("experimental.")) == yaml.safe_load(value)
 
@@ -197,8 +195,9 @@ def test_tiny_recursive_profile_values():
     assert (c.questions_per_step, c.plans_per_question, c.steps) == (64, 2, 40)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
     assert c.loss_type == "grpo" and c.num_iterations == 1
-    assert c.recursive.forced_fraction == 1.0 and c.experimental.round2_contexts == "shared"
-    assert c.experimental.balance_sources is True and c.warmup.enabled is False
+    assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_grammar is True
+    assert c.beta == 0.05 and c.experimental.truncated_is_format_error is True
+    assert c.warmup.enabled is True and c.warmup.prompt_loss is False  # the recursion warm-up
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
     assert base.learning_rate == 3e-4 and base.experimental.warmup_recursion_fraction == 0.5
@@ -216,7 +215,7 @@ def test_tiny_recursive_profile_values():
     recursive = build_config({}, stage="recursive", profile="tiny")
     exp = recursive.experimental
     assert (exp.routing_coverage, exp.routing_floor) == (0, 0.0)
-    assert exp.truncated_is_format_error is False
+    assert exp.truncated_is_format_error is True
     for c in (adaptive, recursive):
         assert c.experimental.warmup_recursion_fraction == 0.5
     assert build_config({}, stage="adaptive", profile="paper").adaptive.mask_unoffered is False

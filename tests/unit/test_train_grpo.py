@@ -1,5 +1,5 @@
 """The recursive GRPO stage's arithmetic without training: forced pairs, round-2 advantages
-measured against keeping, balanced sources, keep plans, the paper profile's batch composition
+measured against keeping, keep plans, the paper profile's batch composition
 and discount, the round-2 prompt ids, and the ``init_from`` check (the stages trained on a tiny
 CPU model: tests/integration/test_train_grpo.py)."""
 
@@ -9,7 +9,6 @@ import pytest
 
 from conductor_core.train.config import build_config
 from conductor_core.train.recursive import (
-    balanced_sources,
     discount_rows,
     forced_pairs,
     is_keep_text,
@@ -61,20 +60,6 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     assert short.tolist() == [0.0, 0.0, 0.0]
 
 
-def test_balanced_sources_continues_right_and_wrong_answers_equally_often():
-    from random import Random
-
-    # 8 groups of 4 rows; one right answer in each group (25% right overall).
-    correct = [[i == j % 4 for i in range(4)] for j in range(8)]
-    for seed in range(5):
-        picks = balanced_sources(correct, Random(seed))
-        chosen = [correct[j][i] for j, i in enumerate(picks)]
-        assert sum(chosen) == 4  # random picks would continue 2 right answers on average
-    # Groups with one class only give what they have.
-    picks = balanced_sources([[True, True], [False, False, False]], Random(0))
-    assert picks[0] in (0, 1) and picks[1] in (0, 1, 2)
-
-
 def test_is_keep_text():
     from conductor_core.train.warmup import KEEP_PLAN
 
@@ -86,25 +71,20 @@ def test_is_keep_text():
 def test_paper_profile_recursive_batch_composition_and_discount():
     """The paper: 4 questions x 64 plans, half of each batch forced into a second round, every
     forced round-2 plan continuing its own round-1 plan, round-1 advantages discounted by 0.25."""
-    from random import Random
-
     import torch
 
     config = build_config(stage="recursive", profile="paper")
     spec = config.recursive
     groups, g = config.questions_per_step, config.plans_per_question
     pairs = forced_pairs(groups, spec.forced_fraction)
-    first, second, sources = pair_rows(pairs, g, config.experimental.round2_contexts, Random(0))
+    first, second = pair_rows(pairs, g)
     assert (groups, g) == (4, 64)
     assert len(first) + len(second) == groups * g // 2  # half of the batch's plans
-    assert second == list(range(g, 2 * g)) and first == list(range(g))
-    assert len(set(sources)) == g  # 64 distinct recursion contexts per step
+    assert second == list(range(g, 2 * g)) and first == list(range(g))  # 64 contexts per step
     advantages = torch.ones(groups * g)
     discount_rows(advantages, first, spec.first_round_discount)
     assert advantages[:g].tolist() == [0.25] * g and advantages[g:].tolist() == [1.0] * 3 * g
-    # The shared layout: one context per round-2 group.
-    _, _, shared = pair_rows(2, 4, "shared", Random(0))
-    assert len(set(shared[:4])) == 1 and len(set(shared[4:])) == 1 and shared[0] < 4
+    assert pair_rows(2, 3) == ([0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11])
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):

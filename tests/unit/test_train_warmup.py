@@ -92,3 +92,45 @@ def test_prompt_loss_switch(tiny):
     assert masked > 0 and labels[masked:] == ids[masked:]
     _, full = encode_example(tok, messages, "model_id = [0]", prompt_loss=True)
     assert full == ids
+
+
+def test_the_recursion_warm_up_is_written_by_the_model_itself(tiny, monkeypatch):
+    """The recursive stage's warm-up: the model's own greedy round-1 plan as round 1's target and
+    as the previous plan; recursion rounds answered by the keep plan or that plan again,
+    whatever the previous answer; a plan that does not parse is replaced by a synthetic one."""
+    import conductor_core.train.warmup as warmup
+    from conductor_core.workers.simulated_answers import HEDGES
+
+    model, tok = tiny
+    config = build_config({}, stage="recursive", profile="tiny")
+    # A random tiny model writes no plan that parses: every target is then a synthetic plan.
+    for _, plan in warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 20, seed=3):
+        parse_plan(plan, workers=4, allow_empty=True)
+    greedy = warmup.own_plans(model, tok, [[{"role": "user", "content": "2+2?"}]] * 2, 8)
+    assert len(greedy) == 2 and greedy[0] == greedy[1]  # greedy: the same plan twice
+
+    def own(model, tok, messages, max_new_tokens):
+        # the first question's plan does not parse; the others name worker (index mod 4)
+        return ["no plan"] + [
+            f'model_id = [{i % 4}]\nsubtasks = ["Solve."]\naccess_list = [[]]'
+            for i in range(1, len(messages))
+        ]
+
+    monkeypatch.setattr(warmup, "own_plans", own)
+    pairs = warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 80, seed=3)
+    assert len(pairs) == 80
+    firsts = {m[0]["content"]: p for m, p in pairs if len(m) == 1}
+    assert "no plan" not in firsts.values() and len(set(firsts.values())) >= 2
+    for plan in firsts.values():
+        parse_plan(plan, workers=4)
+    recursion = [(m, p) for m, p in pairs if len(m) == 3]
+    assert 20 < len(recursion) < 60
+    for m, p in recursion:
+        assert m[1]["content"] != "no plan"
+        own_plan = firsts.get(m[0]["content"])
+        assert own_plan is None or m[1]["content"] == own_plan  # the previous plan is its own
+        assert p == KEEP_PLAN or p == m[1]["content"]
+    keeps = sum(p == KEEP_PLAN for _, p in recursion)
+    assert 0 < keeps < len(recursion)
+    hedged = [p == KEEP_PLAN for m, p in recursion if any(h in m[2]["content"] for h in HEDGES)]
+    assert hedged and 0 < sum(hedged) < len(hedged)  # the target does not follow the answer
