@@ -195,7 +195,12 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
     if config.warmup.enabled:
         from conductor_core.train.warmup import run_warmup
 
-        log(f"warm-up: {config.warmup.steps} steps of supervised format training")
+        what = (
+            "of the recursion warm-up (the model's own plans, keep half the time)"
+            if config.stage == "recursive"
+            else "of supervised format training"
+        )
+        log(f"warm-up: {config.warmup.steps} steps {what}")
         every = max(1, config.warmup.steps // 10)
         stats = run_warmup(
             model,

@@ -58,8 +58,6 @@ class _Batch:
     pairs: int
     first_rows: list[int] = field(default_factory=list)
     second_rows: list[int] = field(default_factory=list)
-    sources: list[int] = field(default_factory=list)
-    """``sources[k]``: the round-1 row that round-2 row ``second_rows[k]`` continues."""
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
@@ -138,7 +136,6 @@ def make_recursive_trainer_class():
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
             batch = _Batch(inputs=inputs, group=g, pairs=pairs)
             batch.first_rows, batch.second_rows = pair_rows(pairs, g)
-            batch.sources = list(batch.first_rows)
             for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
                 inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
             self._batch = batch
@@ -156,7 +153,7 @@ def make_recursive_trainer_class():
             reward of the round-1 answer the row continues (see the module docstring)."""
             outcomes = self.conductor_reward.last_outcomes
             reward = self.conductor_reward
-            for row, source in zip(batch.second_rows, batch.sources, strict=True):
+            for row, source in zip(batch.second_rows, batch.first_rows, strict=True):
                 if row >= advantages.shape[0] or row >= len(outcomes):
                     continue  # another process holds it
                 first = self.rounds.cached.get(source)
@@ -170,13 +167,12 @@ def make_recursive_trainer_class():
             if not batch.second_rows or len(outcomes) < len(batch.inputs):
                 return
             seconds = [outcomes[r] for r in batch.second_rows]
-            firsts = [outcomes[r] for r in batch.sources]
+            firsts = [outcomes[r] for r in batch.first_rows]
             got = recursion_metrics(firsts, seconds)
             parsed = [o for o in seconds if o.plan_ok]
             forced = [outcomes[r] for r in batch.first_rows]
             stats = {
                 "recursion/second_round_rows": float(len(batch.second_rows)),
-                "recursion/contexts": float(len(set(batch.sources))),
                 # Round-1 format errors, the keep plan among them: what round 2 learns leaking
                 # into round 1 shows here first.
                 "recursion/first_format_error_rate": sum(o.format_error for o in forced)
@@ -278,24 +274,21 @@ def make_recursive_trainer_class():
                 self.rounds.cached[r] = outcome
             tokenizer = self.processing_class
             pool_size = len(self.conductor_reward.pool_config.workers)
-            prompts: dict[int, tuple[list[int], PlanRequest]] = {}
             ids: list[list[int]] = []
             requests: list[PlanRequest] = []
             offered_rows: list[list[int]] = []
-            for r2, source in zip(batch.second_rows, batch.sources, strict=True):
+            for r2, source in zip(batch.second_rows, batch.first_rows, strict=True):
                 text, outcome = by_row[source]
                 offered = inputs[source].get("offered") or list(range(pool_size))
                 previous = PreviousRound(plan=text, answer=outcome.answer)
                 self.rounds.previous[r2] = previous
                 if outcome.infra_error:
                     self.rounds.excluded.add(r2)
-                if source not in prompts:
-                    problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
-                    options = replace(self.options, worker_ids=tuple(offered))
-                    request = plan_request(problem.question, pool_size, options, previous=previous)
-                    prompts[source] = (prompt_token_ids(tokenizer, request), request)
-                ids.append(list(prompts[source][0]))
-                requests.append(prompts[source][1])
+                problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
+                options = replace(self.options, worker_ids=tuple(offered))
+                request = plan_request(problem.question, pool_size, options, previous=previous)
+                ids.append(prompt_token_ids(tokenizer, request))
+                requests.append(request)
                 offered_rows.append(offered)
             # The routing floor looks each prompt up with the workers it offers.
             self.offered_prompts.record(ids, offered_rows)
