@@ -62,34 +62,13 @@ def test_adaptive_stage_starts_from_base(base_run, tmp_path):
     assert result.steps == 1 and (result.model_dir / "config.json").is_file()
 
 
-def test_recursive_stage_forces_second_rounds(base_run, tmp_path):
-    from conductor_core.train.grpo import run_stage
-    from conductor_core.workflow.prompts import load_prompt_spec
-
-    _, base = base_run
-    config = small(
-        tmp_path / "recursive",
-        stage="recursive",
-        steps=1,
-        init_from=str(base.model_dir),
-        recursive={"forced_fraction": 0.5},
-    )
-    result = run_stage(config, progress=False)
-    assert result.steps == 1
-    logged = [h for h in result.history if "recursion/second_round_rows" in h]
-    # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group, whose
-    # two rows each continue their own round-1 plan (the paper's sampling).
-    assert logged and logged[0]["recursion/second_round_rows"] == 2.0
-    assert 0.0 <= logged[0]["recursion/first_format_error_rate"] <= 1.0
-    # The trained model is saved with the prompt style it learned.
-    assert load_prompt_spec(result.model_dir).style == "compact"
-
-
-def test_recursive_stage_trains_round_two_under_the_grammar(base_run, tmp_path, monkeypatch):
-    """``recursive.round2_grammar``: round 2 is sampled under the plan grammar, and the loss
-    scores exactly the round-2 rows under it (train/grammar_sampling.py)."""
+def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, monkeypatch):
+    """Forced second rounds, each continuing its own round-1 plan; with
+    ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores
+    exactly the round-2 rows under it (train/grammar_sampling.py)."""
     import conductor_core.train.offered_mask as offered_mask
     from conductor_core.train.grpo import run_stage
+    from conductor_core.workflow.prompts import load_prompt_spec
 
     seen = []
     original = offered_mask.grammar_log_probs
@@ -110,10 +89,17 @@ def test_recursive_stage_trains_round_two_under_the_grammar(base_run, tmp_path, 
     )
     result = run_stage(config, progress=False)
     assert result.steps == 1
-    # 4 groups of 2 plans, the first pair forced: rows 2 and 3 are round 2, scored under the
-    # grammar twice: by the KL reference at generation, then by the loss (after TRL's shuffle)
+    logged = [h for h in result.history if "recursion/second_round_rows" in h]
+    # 4 groups of 2 plans, half forced: one round-1 group paired with one round-2 group, whose
+    # two rows each continue their own round-1 plan (the paper's sampling).
+    assert logged and logged[0]["recursion/second_round_rows"] == 2.0
+    assert 0.0 <= logged[0]["recursion/first_format_error_rate"] <= 1.0
+    # Rows 2 and 3 are round 2, scored under the grammar twice: by the KL reference at
+    # generation, then by the loss (after TRL's shuffle).
     assert seen and all(any(rows) for rows in seen)
     assert sum(sum(rows) for rows in seen) == 4
+    # The trained model is saved with the prompt style it learned.
+    assert load_prompt_spec(result.model_dir).style == "compact"
 
 
 def expected_ids(config, steps: int) -> list[list[str]]:

@@ -337,6 +337,29 @@ def test_a_token_not_sampled_from_the_policy_gets_its_truncated_importance_weigh
 # The offered mask: the loss's log-probabilities at masked slots
 
 
+def scored_with_masks(trainer, output, masks):
+    """TRL's log-probabilities of a scored batch's completions, without and with ``masks`` (the
+    batch keys of LOSS_MASKS), and the policy's next-token probabilities at row 1's first
+    completion token."""
+    import torch
+
+    completion = output["completion_ids"]
+    ids = torch.cat([output["prompt_ids"], completion], dim=1)
+    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    with torch.no_grad():
+        plain, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._loss_masks = masks
+        masked, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, completion.size(1)
+        )
+        trainer._loss_masks = {}
+        logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
+    start = ids.size(1) - completion.size(1) - 1
+    return plain, masked, torch.softmax(logits[0, start].float(), dim=-1)
+
+
 def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trainer, tmp_path):
     """train/offered_mask.py through TRL's own batch path: the masked slots recorded at
     generation travel with their rows (``unoffered_slots``), and TRL's log-probability of the
@@ -366,20 +389,7 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
     assert int(slots[1, 0]) == 0b0101 and int(slots.count_nonzero()) == 1
     assert trainer._loss_masks == {}  # the batch is done
 
-    completion = output["completion_ids"]
-    ids = torch.cat([output["prompt_ids"], completion], dim=1)
-    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-    with torch.no_grad():
-        plain, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, mask, completion.size(1)
-        )
-        trainer._loss_masks = {"unoffered_slots": slots}
-        masked, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, mask, completion.size(1)
-        )
-        trainer._loss_masks = {}
-        logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
-    probs = torch.softmax(logits[0, ids.size(1) - completion.size(1) - 1].float(), dim=-1)
+    plain, masked, probs = scored_with_masks(trainer, output, {"unoffered_slots": slots})
     m = float(probs[digits[0]] + probs[digits[2]])
     assert float(masked[1, 0]) == pytest.approx(float(plain[1, 0]) - math.log1p(-m), abs=1e-4)
     rest = torch.ones_like(masked, dtype=torch.bool)
@@ -422,22 +432,8 @@ def test_a_grammar_sampled_row_is_scored_under_the_grammar_in_trls_batch_and_los
     trainer.model.train()
     output = trainer._generate_and_score_completions(rows())
     allowed = output["grammar_allowed"]
-    completion = output["completion_ids"]
-    assert allowed.shape[:2] == completion.shape and trainer._loss_masks == {}
-    ids = torch.cat([output["prompt_ids"], completion], dim=1)
-    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-    with torch.no_grad():
-        plain, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, mask, completion.size(1)
-        )
-        trainer._loss_masks = {"grammar_allowed": allowed}
-        under, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, mask, completion.size(1)
-        )
-        trainer._loss_masks = {}
-        logits = trainer.model(input_ids=ids[1:2], attention_mask=mask[1:2]).logits
-    start = ids.size(1) - completion.size(1) - 1
-    probs = torch.softmax(logits[0, start].float(), dim=-1)
+    assert allowed.shape[:2] == output["completion_ids"].shape and trainer._loss_masks == {}
+    plain, under, probs = scored_with_masks(trainer, output, {"grammar_allowed": allowed})
     z = float(probs[allowed[1, 0, : probs.shape[0]]].sum())
     assert float(under[1, 0]) == pytest.approx(float(plain[1, 0]) - math.log(z), abs=1e-4)
     assert float(under[1, 0]) > float(plain[1, 0])

@@ -1,8 +1,7 @@
-"""Round 2 under the plan grammar (train/grammar_sampling.py, train/offered_mask.py): the
-processor records what it allowed at each step, the batch tensor places it on the round-2 rows,
-``generate`` gets the processor and is restored, and the loss's log-probability of a token is the
-one renormalised over the tokens the grammar allowed, equal to a log-softmax over the masked
-logits, with gradient."""
+"""Round 2 under the plan grammar (train/grammar_sampling.py): the processor records what it
+allowed at each step, the batch tensor places it on the round-2 rows, and ``generate`` gets the
+processor and is restored (the loss's renormalised log-probabilities:
+tests/unit/test_train_offered_mask.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import pytest
 from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
 from conductor_core.train.config import StageConfig
 from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
-from conductor_core.train.offered_mask import backbone_and_head, grammar_log_probs
 from conductor_core.workflow.prompts import plan_messages
 
 torch = pytest.importorskip("torch")
@@ -103,40 +101,6 @@ def test_generating_under_keeps_an_exploration_wrapper_underneath(tiny) -> None:
     finally:
         del model.generate
     assert seen == [["grammar"]]  # the grammar first: the floor then mixes over what it allows
-
-
-def test_grammar_log_probs_renormalise_over_the_allowed_and_carry_gradient(tiny) -> None:
-    tok, model = tiny
-    ids = tok("model_id = [3]\nsubtasks", return_tensors="pt", add_special_tokens=False)[
-        "input_ids"
-    ]
-    keep = 3
-    backbone, head = backbone_and_head(model)
-    states = []
-    handle = backbone.register_forward_hook(lambda _m, _a, out: states.append(out[0]))
-    try:
-        logits = model(input_ids=ids).logits
-    finally:
-        handle.remove()
-    full = torch.log_softmax(logits[0, -keep - 1 : -1].float(), dim=-1)
-    tokens = ids[0, -keep:]
-    log_probs = full[torch.arange(keep), tokens].unsqueeze(0)
-    vocab = logits.shape[-1]
-    allowed = torch.ones((1, keep, vocab), dtype=torch.bool)
-    allowed[0, 1] = False
-    allowed[0, 1, [int(tokens[1]), 5, 6]] = True  # three tokens allowed at the second position
-    out = grammar_log_probs(log_probs, states[0][:, -keep - 1 : -1], head, allowed)
-    masked = logits[0, -keep].float().clone()
-    masked[~allowed[0, 1]] = float("-inf")
-    expected = torch.log_softmax(masked, dim=-1)[tokens[1]]
-    assert float(out[0, 1].detach()) == pytest.approx(float(expected.detach()), abs=1e-4)
-    assert torch.equal(out[0, [0, 2]], log_probs[0, [0, 2]])  # open positions unchanged
-    out[0, 1].backward()
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    assert grads and all(torch.isfinite(g).all() for g in grads)
-    model.zero_grad()
-    untouched = grammar_log_probs(log_probs, None, head, torch.ones((1, keep, vocab), dtype=bool))
-    assert untouched is log_probs
 
 
 def test_round2_grammar_needs_the_transformers_backend() -> None:

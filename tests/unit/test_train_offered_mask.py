@@ -10,7 +10,12 @@ import pytest
 from conductor_core.errors import ConfigError
 from conductor_core.train.config import StageConfig
 from conductor_core.train.exploration import OfferedPrompts, routing_exploration, routing_processor
-from conductor_core.train.offered_mask import backbone_and_head, masked_log_probs, slot_tensor
+from conductor_core.train.offered_mask import (
+    backbone_and_head,
+    grammar_log_probs,
+    masked_log_probs,
+    slot_tensor,
+)
 from conductor_core.workflow.prompts import compact_prompt
 
 torch = pytest.importorskip("torch")
@@ -96,12 +101,9 @@ def test_slot_tensor_holds_each_rows_bit_sets() -> None:
     assert out.tolist() == [[5, 0, 0, 2], [0, 0, 0, 0], [0, 0, 0, 0]]
 
 
-def test_masked_log_probs_renormalise_over_the_offered_and_carry_gradient(tiny) -> None:
-    tok, model = tiny
-    digits = _digits(tok)
-    text = compact_prompt("What is 2+2?", [1, 3], max_steps=3) + "model_id = [3]"
-    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    keep = 3  # score the last three tokens as the completion; the second is treated as a slot
+def _completion_scores(model, ids, keep: int):
+    """One forward pass over ``ids``: the logits, the last hidden states predicting the last
+    ``keep`` tokens, the LM head, those tokens' log-probabilities (1, keep) and the tokens."""
     backbone, head = backbone_and_head(model)
     states = []
     handle = backbone.register_forward_hook(lambda _m, _a, out: states.append(out[0]))
@@ -112,9 +114,18 @@ def test_masked_log_probs_renormalise_over_the_offered_and_carry_gradient(tiny) 
     full = torch.log_softmax(logits[0, -keep - 1 : -1].float(), dim=-1)
     tokens = ids[0, -keep:]
     log_probs = full[torch.arange(keep), tokens].unsqueeze(0)
+    return logits, states[0][:, -keep - 1 : -1], head, log_probs, tokens
+
+
+def test_masked_log_probs_renormalise_over_the_offered_and_carry_gradient(tiny) -> None:
+    tok, model = tiny
+    digits = _digits(tok)
+    text = compact_prompt("What is 2+2?", [1, 3], max_steps=3) + "model_id = [3]"
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    keep = 3  # score the last three tokens as the completion; the second is treated as a slot
+    logits, hidden, head, log_probs, tokens = _completion_scores(model, ids, keep)
     slots = torch.zeros((1, keep), dtype=torch.int64)
     slots[0, 1] = 0b0101  # pool ids 0 and 2 masked at the second completion token
-    hidden = states[0][:, -keep - 1 : -1]
     out = masked_log_probs(log_probs, hidden, head, slots, digits)
     masked_logits = logits[0, -keep + 0].float().clone()  # the logits predicting token 1
     masked_logits[[digits[0], digits[2]]] = float("-inf")
@@ -127,3 +138,26 @@ def test_masked_log_probs_renormalise_over_the_offered_and_carry_gradient(tiny) 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     model.zero_grad()
+
+
+def test_grammar_log_probs_renormalise_over_the_allowed_and_carry_gradient(tiny) -> None:
+    tok, model = tiny
+    ids = tok("model_id = [3]\nsubtasks", return_tensors="pt", add_special_tokens=False)
+    keep = 3
+    logits, hidden, head, log_probs, tokens = _completion_scores(model, ids["input_ids"], keep)
+    vocab = logits.shape[-1]
+    allowed = torch.ones((1, keep, vocab), dtype=torch.bool)
+    allowed[0, 1] = False
+    allowed[0, 1, [int(tokens[1]), 5, 6]] = True  # three tokens allowed at the second position
+    out = grammar_log_probs(log_probs, hidden, head, allowed)
+    masked = logits[0, -keep].float().clone()
+    masked[~allowed[0, 1]] = float("-inf")
+    expected = torch.log_softmax(masked, dim=-1)[tokens[1]]
+    assert float(out[0, 1].detach()) == pytest.approx(float(expected.detach()), abs=1e-4)
+    assert torch.equal(out[0, [0, 2]], log_probs[0, [0, 2]])  # open positions unchanged
+    out[0, 1].backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    model.zero_grad()
+    everything = torch.ones((1, keep, vocab), dtype=torch.bool)
+    assert grammar_log_probs(log_probs, None, head, everything) is log_probs
