@@ -201,6 +201,7 @@ def test_tiny_recursive_profile_values():
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
     assert base.learning_rate == 3e-4 and base.experimental.warmup_recursion_fraction == 0.5
+    assert base.beta == 0.05 and build_config({}, stage="adaptive", profile="tiny").beta == 0.0
     assert base.loss_type == "dapo"
     # Learning on any pool (docs/training.md, "On other pools"): every base group covers every
     # worker and cut-off plans score 0; the adaptive stage trains the masked policy deployment
