@@ -10,6 +10,10 @@ policy that names the same workers whatever is offered.) With ``prompt_loss`` (t
 default) the language-modelling loss covers the prompt tokens too: a tiny random model then learns
 to represent the question, which GRPO needs to learn routing (measured: with the loss on the
 completion only, routing stayed at chance).
+
+In the recursive stage the warm-up is the recursion warm-up (:func:`recursion_warmup_texts`):
+written by the starting model itself, it refreshes the recursion round (both decisions, new
+plans routed as round 1 routes) without changing round 1's routing.
 """
 
 from __future__ import annotations
@@ -177,7 +181,6 @@ def recursion_warmup_texts(
     routed as well as round 1, and leaves which decision fits which answer to GRPO. A question
     whose greedy plan does not parse gets a synthetic plan (:func:`synthetic_plan`) instead.
     """
-
     rng = Random(seed)
     chosen = [rng.choice(list(problems)) for _ in range(count)]
     unique = {p.id: p for p in chosen}
