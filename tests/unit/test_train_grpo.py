@@ -41,23 +41,24 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     def scored(reward):
         return Outcome(reward=reward, domain="math", correct=reward == 1.0)
 
-    # Rows 0-1: round 1 (right, wrong); rows 2-5: round 2 continuing row 0, 0, 1, 1.
-    outcomes = [scored(1.0), scored(0.5), scored(1.0), scored(0.5), scored(1.0), scored(None)]
+    # Rows 0-3: round 1 (right, right, wrong, wrong); rows 4-7: round 2, row 4 + k continuing
+    # row k: kept the right answer, broke it, fixed the wrong one, spoiled.
+    firsts = [scored(1.0), scored(1.0), scored(0.5), scored(0.5)]
+    outcomes = [*firsts, scored(1.0), scored(0.5), scored(1.0), scored(None)]
     trainer = SimpleNamespace(
         conductor_reward=SimpleNamespace(last_outcomes=outcomes, adjusted=lambda o: o.reward),
-        rounds=RoundState(cached={0: outcomes[0], 1: outcomes[1]}),
+        rounds=RoundState(cached=dict(enumerate(firsts))),
     )
-    batch = _Batch(inputs=[], group=2, pairs=1, first_rows=[0, 1], second_rows=[2, 3, 4, 5])
-    batch.sources = [0, 0, 1, 1]
-    advantages = torch.full((6, 3), 9.0)  # per-token advantages, as the correction leaves them
+    batch = _Batch(inputs=[], group=4, pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
+    advantages = torch.full((8, 3), 9.0)  # per-token advantages, as the correction leaves them
     measure = make_recursive_trainer_class()._measure_against_keeping
     measure(trainer, advantages, batch)
-    assert advantages[:2].eq(9.0).all()  # round 1: GRPO's own
-    assert advantages[2:, 0].tolist() == [0.0, -0.5, 0.5, 0.0]
-    assert advantages[2:].eq(advantages[2:, :1]).all()  # one value for every token of a row
-    short = torch.zeros(3)  # another process holds rows 3-5
+    assert advantages[:4].eq(9.0).all()  # round 1: GRPO's own
+    assert advantages[4:, 0].tolist() == [0.0, -0.5, 0.5, 0.0]
+    assert advantages[4:].eq(advantages[4:, :1]).all()  # one value for every token of a row
+    short = torch.full((5,), 9.0)  # another process holds rows 5-7
     measure(trainer, short, batch)
-    assert short.tolist() == [0.0, 0.0, 0.0]
+    assert short.tolist() == [9.0, 9.0, 9.0, 9.0, 0.0]
 
 
 def test_is_keep_text():
