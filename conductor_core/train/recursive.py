@@ -54,7 +54,6 @@ _Item = TypeVar("_Item")
 @dataclass
 class _Batch:
     inputs: list[dict[str, Any]]
-    group: int
     pairs: int
     first_rows: list[int] = field(default_factory=list)
     second_rows: list[int] = field(default_factory=list)
@@ -134,7 +133,7 @@ def make_recursive_trainer_class():
             mode = "train" if self.model.training else "eval"
             self.rounds.clear()
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
-            batch = _Batch(inputs=inputs, group=g, pairs=pairs)
+            batch = _Batch(inputs=inputs, pairs=pairs)
             batch.first_rows, batch.second_rows = pair_rows(pairs, g)
             for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
                 inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question

@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
-from conductor_core.policy.base import PreviousRound
+from conductor_core.policy.base import PlanRequest, PreviousRound
+from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import offered_subset, stage_prompt
+from conductor_core.train.data import offered_subset, stage_options, stage_prompt
 from conductor_core.workers.problem_bank import ProblemBank
 from conductor_core.workers.simulated_answers import hedge_answer, render_answer
 from conductor_core.workflow.model import (
@@ -37,7 +38,7 @@ from conductor_core.workflow.model import (
     Workflow,
     offered_ids,
 )
-from conductor_core.workflow.parser import try_parse_plan
+from conductor_core.workflow.prompts import PROMPT_VERSION, plan_messages
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
@@ -123,39 +124,21 @@ def warmup_texts(
 
 
 def own_plans(
-    model: Any, tokenizer: Any, messages: Sequence[list[dict[str, str]]], max_new_tokens: int
-) -> list[str]:
-    """The plan ``model`` writes greedily for each prompt (``messages``), batched."""
-    import torch
+    model: Any, tokenizer: Any, config: StageConfig, requests: Sequence[PlanRequest]
+) -> list[str | None]:
+    """The plan ``model`` writes greedily for each request, through the library's local plan
+    source (one batched ``generate``), asked as the stage asks; None where it does not parse."""
+    from conductor_core.policy.local import TransformersPlanSource
 
-    texts = [
-        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-        for m in messages
-    ]
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    out: list[str] = []
-    device = next(model.parameters()).device
-    try:
-        with torch.no_grad():
-            for start in range(0, len(texts), 64):
-                batch = tokenizer(
-                    texts[start : start + 64],
-                    return_tensors="pt",
-                    add_special_tokens=False,
-                    padding=True,
-                ).to(device)
-                ids = model.generate(
-                    **batch,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                width = batch["input_ids"].shape[1]
-                out.extend(tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True))
-    finally:
-        tokenizer.padding_side = side
-    return [text.strip() for text in out]
+    source = TransformersPlanSource.from_loaded(
+        model,
+        tokenizer,
+        max_new_tokens=config.generation.max_completion_length,
+        temperature=0.0,
+        prompt_style=config.data.prompt_style,
+        prompt_version=PROMPT_VERSION,
+    )
+    return [result.raw if result.ok else None for result in source.generate_many(list(requests))]
 
 
 def recursion_warmup_texts(
@@ -184,39 +167,23 @@ def recursion_warmup_texts(
     rng = Random(seed)
     chosen = [rng.choice(list(problems)) for _ in range(count)]
     unique = {p.id: p for p in chosen}
-    firsts = {pid: stage_prompt(config, p.question, pool_size) for pid, p in unique.items()}
-    plans = dict(
-        zip(
-            firsts,
-            own_plans(
-                model, tokenizer, list(firsts.values()), config.generation.max_completion_length
-            ),
-            strict=True,
+    options = stage_options(config)
+    requests = {pid: plan_request(p.question, pool_size, options) for pid, p in unique.items()}
+    written = own_plans(model, tokenizer, config, list(requests.values()))
+    steps = min(config.warmup.max_plan_steps, config.data.max_steps)
+    plans: dict[str, str] = {}
+    for pid, plan in zip(requests, written, strict=True):
+        # a greedy plan that does not parse is no target: that question gets a synthetic plan
+        access = config.data.access_mode
+        plans[pid] = plan or synthetic_plan(
+            rng, pool_size, max_plan_steps=steps, access_mode=access
         )
-    )
-    # A greedy plan that does not parse is no target: that question gets a synthetic plan.
-    for pid, plan in plans.items():
-        if (
-            try_parse_plan(
-                plan,
-                workers=pool_size,
-                max_steps=config.data.max_steps,
-                access_mode=AccessMode(config.data.access_mode),
-            )[0]
-            is None
-        ):
-            plans[pid] = synthetic_plan(
-                rng,
-                pool_size,
-                max_plan_steps=min(config.warmup.max_plan_steps, config.data.max_steps),
-                access_mode=config.data.access_mode,
-            )
     bank = ProblemBank(list(problems))
     out = []
     for p in chosen:
         plan = plans[p.id]
         if rng.random() < 0.5:
-            out.append((firsts[p.id], plan))
+            out.append((plan_messages(requests[p.id]), plan))
             continue
         shown = render_answer(p, rng.random() < 0.5, rng, bank)
         if rng.random() < 0.5:

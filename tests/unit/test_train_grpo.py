@@ -49,7 +49,7 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
         conductor_reward=SimpleNamespace(last_outcomes=outcomes, adjusted=lambda o: o.reward),
         rounds=RoundState(cached=dict(enumerate(firsts))),
     )
-    batch = _Batch(inputs=[], group=4, pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
+    batch = _Batch(inputs=[], pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
     advantages = torch.full((8, 3), 9.0)  # per-token advantages, as the correction leaves them
     measure = make_recursive_trainer_class()._measure_against_keeping
     measure(trainer, advantages, batch)

@@ -106,27 +106,30 @@ def test_the_recursion_warm_up_is_written_by_the_model_itself(tiny, monkeypatch)
     # A random tiny model writes no plan that parses: every target is then a synthetic plan.
     for _, plan in warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 20, seed=3):
         parse_plan(plan, workers=4, allow_empty=True)
-    greedy = warmup.own_plans(model, tok, [[{"role": "user", "content": "2+2?"}]] * 2, 8)
-    assert len(greedy) == 2 and greedy[0] == greedy[1]  # greedy: the same plan twice
+    from conductor_core.solve import plan_request
+    from conductor_core.train.data import stage_options
 
-    def own(model, tok, messages, max_new_tokens):
+    request = plan_request("What is 2+2?", 4, stage_options(config))
+    # the random model's greedy plans, the same twice, do not parse: None
+    assert warmup.own_plans(model, tok, config, [request, request]) == [None, None]
+
+    def own(model, tok, config, requests):
         # the first question's plan does not parse; the others name worker (index mod 4)
-        return ["no plan"] + [
+        return [None] + [
             f'model_id = [{i % 4}]\nsubtasks = ["Solve."]\naccess_list = [[]]'
-            for i in range(1, len(messages))
+            for i in range(1, len(requests))
         ]
 
     monkeypatch.setattr(warmup, "own_plans", own)
     pairs = warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 80, seed=3)
     assert len(pairs) == 80
     firsts = {m[0]["content"]: p for m, p in pairs if len(m) == 1}
-    assert "no plan" not in firsts.values() and len(set(firsts.values())) >= 2
+    assert None not in firsts.values() and len(set(firsts.values())) >= 2
     for plan in firsts.values():
         parse_plan(plan, workers=4)
     recursion = [(m, p) for m, p in pairs if len(m) == 3]
     assert 20 < len(recursion) < 60
     for m, p in recursion:
-        assert m[1]["content"] != "no plan"
         own_plan = firsts.get(m[0]["content"])
         assert own_plan is None or m[1]["content"] == own_plan  # the previous plan is its own
         assert p == KEEP_PLAN or p == m[1]["content"]
