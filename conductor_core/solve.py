@@ -17,6 +17,10 @@ in the trace.
 ``solve(..., previous=...)`` continues from a round already run elsewhere (the recursive training
 stage scores a second-round plan this way): the first round it runs is then that round's successor,
 and its format or infrastructure failure is the trace's.
+
+Each round's worker calls are new samples (:func:`round_sample_index`): a later round that asks a
+worker the same subtask again gets a fresh reply, as a real model sampled anew gives, not round 1's
+reply back from a seeded worker (simulated, local transformers) or the response cache.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import check_offered
 from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
+
+ROUND_STRIDE = 1 << 40
+"""Sample-index distance between rounds: far above any repeat or training-row index, so round ``r``
+of one sample never shares a sample index with round 1 of another."""
+
+
+def round_sample_index(sample_index: int, round_index: int) -> int:
+    """The sample index of round ``round_index``'s worker calls (0-based; round 0 keeps
+    ``sample_index``, so single-round traces, seeds and cached replies are unchanged)."""
+    return sample_index + round_index * ROUND_STRIDE
 
 
 @dataclass(frozen=True)
@@ -166,7 +180,7 @@ async def solve(
             pool,
             budget=budget,
             previous_answer=answer if r > 0 else None,
-            sample_index=sample_index,
+            sample_index=round_sample_index(sample_index, r),
             answer_fallback=opts.answer_fallback,
             on_event=on_event,
             # only the last round's answer cannot be replaced by a later one

@@ -214,3 +214,34 @@ def test_solve_options_from_settings_carry_the_prompt_style() -> None:
     opts = solve_options(pool, max_steps=3, descriptors=True, prompt_style="compact", rounds=2)
     assert opts.prompt_style == "compact" and opts.max_rounds == 2 and opts.budget.max_steps == 3
     assert opts.descriptions == tuple(w.description for w in pool.workers)
+
+
+def test_a_later_round_asking_the_same_subtask_again_gets_a_fresh_sample() -> None:
+    """Round 2 asking round 1's worker the same subtask is a new sample: a seeded simulated worker
+    draws its reply anew (as a real model sampled again does) instead of handing round 1's back,
+    so a new plan can mend a wrong answer. Before, every round used one sample index and a
+    repeated plan always reproduced round 1's answer."""
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.problems import (
+        bundled_train_pool_path,
+        bundled_train_problems_path,
+    )
+    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.pool import WorkerPool
+    from conductor_core.workflow.executor import execute
+
+    problems = read_problems(bundled_train_problems_path())[:40]
+    plan = Workflow(steps=(Step(worker=3, subtask="Solve it.", access=()),))  # the generalist
+
+    async def answers(question: str) -> tuple[str | None, str | None, str | None]:
+        async with WorkerPool(load_pool(bundled_train_pool_path())) as pool:
+            source = ScriptedSource(PlanResult(raw=plan.render(), workflow=plan), KEEP)
+            source.results.insert(1, PlanResult(raw=plan.render(), workflow=plan))
+            trace = await solve(question, source, pool, options=SolveOptions(max_rounds=2))
+            again = await execute(plan, question, pool)  # round 1 run on its own
+        return trace.rounds[0].workflow.answer, trace.rounds[1].workflow.answer, again.answer
+
+    pairs = [asyncio.run(answers(p.question)) for p in problems]
+    assert all(first == again for first, _, again in pairs)  # round 1 is as before
+    changed = sum(first != second for first, second, _ in pairs)
+    assert changed > len(pairs) // 2  # a middling worker's second sample differs mostly
