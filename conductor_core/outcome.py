@@ -26,6 +26,17 @@ class Outcome(TraceSummary):
         default=None, description="0 format error, 0.5 wrong, 1 right; None: infrastructure."
     )
     verdict_reason: str = ""
+    answer_reward: float | None = Field(
+        default=None,
+        description="With several executions averaged (combine()): the reward of the one answer "
+        "kept as `answer`, the first usable execution's (what a recursion round shows and may "
+        "keep). None: `reward` is that answer's.",
+    )
+
+    @property
+    def kept_reward(self) -> float | None:
+        """The reward of keeping ``answer`` in a later round: its own grade."""
+        return self.reward if self.answer_reward is None else self.answer_reward
 
 
 async def grade(
@@ -55,7 +66,8 @@ async def grade(
 def combine(outcomes: Sequence[Outcome]) -> Outcome:
     """Several executions of one plan as one outcome: the mean reward and majority verdict of
     those not spoiled by infrastructure (``None`` and ``infra_error`` when all were), the first
-    usable execution's answer and plan figures, and the calls, tokens and cost of all of them."""
+    usable execution's answer, plan figures and the reward of that answer alone
+    (``answer_reward``), and the calls, tokens and cost of all of them."""
     if not outcomes:
         raise ValueError("combine(): no outcomes")
     scored = [o for o in outcomes if o.reward is not None]
@@ -71,6 +83,7 @@ def combine(outcomes: Sequence[Outcome]) -> Outcome:
         out.reward = None
         return out
     out.infra_error = False
+    out.answer_reward = base.kept_reward
     out.reward = sum(o.reward or 0.0 for o in scored) / len(scored)
     out.correct = sum(o.correct for o in scored) * 2 > len(scored)
     return out

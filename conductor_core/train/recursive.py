@@ -157,7 +157,7 @@ def make_recursive_trainer_class():
                     continue  # another process holds it
                 first = self.rounds.cached.get(source)
                 final = reward.adjusted(outcomes[row])
-                kept = None if first is None else first.reward
+                kept = None if first is None else first.kept_reward
                 advantages[row] = 0.0 if final is None or kept is None else final - kept
 
         def _log_rounds(self, batch: _Batch, mode: str) -> None:

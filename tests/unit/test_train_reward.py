@@ -104,6 +104,13 @@ def test_several_executions_are_averaged():
     assert any(v not in (0.5, 1.0) for v in out)  # averages of 4 executions
     assert all(0.5 <= v <= 1.0 for v in out)
     assert r.last_outcomes[0].calls == 4
+    # What a recursion round may keep is the one answer it is shown: that answer's own grade.
+    from conductor_core.workers.simulated_answers import is_right_text
+
+    kept = [o.kept_reward for o in r.last_outcomes]
+    assert set(kept) == {0.5, 1.0}
+    for problem, o in zip(MATH[:30], r.last_outcomes, strict=True):
+        assert o.kept_reward == (1.0 if is_right_text(problem, o.answer or "") else 0.5)
 
 
 def test_recursion_round_keep_grades_the_previous_answer():
