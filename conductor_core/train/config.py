@@ -668,6 +668,15 @@ class StageConfig(_Strict):
         description="Weight of the KL penalty towards the starting model. 0 (the paper) adds no "
         "KL term and loads no reference model, which saves memory.",
     )
+    ref_sync_steps: int = Field(
+        default=0,
+        ge=0,
+        description="With `beta` > 0: every this many steps the KL reference becomes the current "
+        "policy (TRL's `sync_ref_model`, mixing weight 1). The KL term then bounds how far each "
+        "stretch of steps moves the policy instead of where it may end, so the policy can still "
+        "become as sharp as the reward asks (ProRL's reference reset). 0: the reference stays "
+        "the starting model. A resumed run starts again from the starting model's reference.",
+    )
     loss_type: LossType = Field(
         default="dapo",
         description="GRPO loss (TRL's `loss_type`): `grpo` is the paper's (per-sequence length "
@@ -786,6 +795,10 @@ class StageConfig(_Strict):
         if self.recursive.round2_grammar and self.generation.backend != "transformers":
             raise ValueError(
                 "recursive.round2_grammar works with generation.backend: transformers only"
+            )
+        if self.ref_sync_steps and not self.beta:
+            raise ValueError(
+                "ref_sync_steps needs beta > 0 (without a KL term there is no reference)"
             )
         forced = self.stage == "recursive" and self.recursive.forced_fraction > 0
         if forced and self.questions_per_step < 2:

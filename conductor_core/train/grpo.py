@@ -300,6 +300,9 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "lr_scheduler_type": scheduler,
         "warmup_steps": warmup_steps,
         "beta": config.beta,
+        "sync_ref_model": bool(config.ref_sync_steps),
+        "ref_model_sync_steps": config.ref_sync_steps or 512,  # TRL's default when unused
+        "ref_model_mixup_alpha": 1.0,
         "loss_type": config.loss_type,
         "num_iterations": config.num_iterations,
         "scale_rewards": config.scale_rewards,

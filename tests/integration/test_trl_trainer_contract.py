@@ -54,7 +54,7 @@ async def scored(completions, score, **kwargs):
     return list(score)
 
 
-def trainer_for(config, tiny_dir, cls=None):
+def trainer_for(config, tiny_dir, cls=None, reward=None):
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -64,7 +64,7 @@ def trainer_for(config, tiny_dir, cls=None):
     args = grpo_args(config, config.output_path() / "checkpoints", "cpu", progress=False)
     return (cls or GRPOTrainer)(
         model=model,
-        reward_funcs=[scored],
+        reward_funcs=[reward or scored],
         args=args,
         train_dataset=Dataset.from_list(rows()),
         processing_class=tokenizer,
@@ -106,12 +106,12 @@ def scored_batch(tiny_dir, tmp_path_factory):
 
 @pytest.fixture
 def make_trainer(tiny_dir):
-    """``make_trainer(config, cls=None)``: a trainer on the tiny model whose reward loop thread
-    is stopped after the test."""
+    """``make_trainer(config, cls=None, reward=None)``: a trainer on the tiny model (rewarded by
+    ``reward``, default the rows' scores) whose reward loop thread is stopped after the test."""
     made = []
 
-    def make(config, cls=None):
-        made.append(trainer_for(config, tiny_dir, cls=cls))
+    def make(config, cls=None, reward=None):
+        made.append(trainer_for(config, tiny_dir, cls=cls, reward=reward))
         return made[-1]
 
     yield make
@@ -248,6 +248,37 @@ def test_gradient_checkpointing_is_what_the_config_says(make_trainer, tmp_path, 
     trainer.train()
     layers = [m for m in trainer.model.modules() if hasattr(m, "gradient_checkpointing")]
     assert layers and all(m.gradient_checkpointing is on for m in layers)
+
+
+@pytest.mark.parametrize("sync", [0, 2])
+def test_ref_sync_steps_makes_the_policy_the_kl_reference(make_trainer, tmp_path, sync):
+    """``ref_sync_steps`` reaches TRL's reference reset: after that many steps the KL reference
+    holds the policy's weights; without it the reference stays the starting model."""
+    import torch
+    from trl import GRPOTrainer
+
+    class Ending(GRPOTrainer):  # plans that end, so that every row is in the loss
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            eos = self.processing_class.eos_token_id
+            return [[5] * (1 + i % 3) + [eos] for i in range(len(prompt_ids))], None
+
+    config = small(tmp_path, steps=2, questions_per_step=2, plans_per_question=GROUP)
+    config = config.model_copy(update={"beta": 0.1, "ref_sync_steps": sync, "learning_rate": 1e-2})
+
+    async def by_plan(completions, **kwargs):  # different plans, different rewards
+        return [float(len(str(c))) for c in completions]
+
+    trainer = make_trainer(config, cls=Ending, reward=by_plan)
+    start = [p.detach().clone() for p in trainer.model.parameters()]
+    assert trainer.args.sync_ref_model is bool(sync)
+    trainer.train()
+    moved = [
+        p for p, p0 in zip(trainer.model.parameters(), start, strict=True) if not torch.equal(p, p0)
+    ]
+    assert moved  # the policy trained
+    pairs = zip(trainer.ref_model.parameters(), trainer.model.parameters(), strict=True)
+    same = all(torch.equal(ref, policy) for ref, policy in pairs)
+    assert same is bool(sync)
 
 
 # --------------------------------------------------------------------------------------------

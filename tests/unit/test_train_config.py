@@ -132,6 +132,8 @@ def test_bad_values_give_one_line_errors(tmp_path):
         build_config({}, profile="huge")
     with pytest.raises(ConfigError, match="micro_batch_size"):
         build_config({"questions_per_step": 2, "plans_per_question": 4, "micro_batch_size": 3})
+    with pytest.raises(ConfigError, match="ref_sync_steps needs beta > 0"):
+        build_config({"ref_sync_steps": 10})
     with pytest.raises(ConfigError, match="k_max"):
         build_config({"adaptive": {"k_min": 3, "k_max": 2}})
     with pytest.raises(ConfigError, match="file not found"):
