@@ -47,7 +47,9 @@ def row(label: str, metrics: dict[str, float], seconds: str = "") -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="Training seeds 0..N-1.")
-    parser.add_argument("--steps", type=int, default=40, help="Recursive steps (the test's).")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="Recursive steps (default: the tiny profile's)."
+    )
     parser.add_argument(
         "--adaptive", help="A trained adaptive run's folder, holding model/ (default: train one)."
     )
