@@ -675,7 +675,8 @@ class StageConfig(_Strict):
         "policy (TRL's `sync_ref_model`, mixing weight 1). The KL term then bounds how far each "
         "stretch of steps moves the policy instead of where it may end, so the policy can still "
         "become as sharp as the reward asks (ProRL's reference reset). 0: the reference stays "
-        "the starting model. A resumed run starts again from the starting model's reference.",
+        "the starting model. A resumed run takes the checkpoint's policy as its reference (exact "
+        "when `checkpoint.save_steps` is a multiple of this).",
     )
     loss_type: LossType = Field(
         default="dapo",

@@ -415,6 +415,27 @@ def make_callbacks(
     return callbacks
 
 
+def reference_from_checkpoint(trainer: Any) -> Any:
+    """A callback for a resumed run with ``ref_sync_steps``: before its first step the KL reference
+    becomes the checkpoint's policy (the reference a run that had not stopped would hold, exactly
+    when the checkpoint's step is a multiple of ``ref_sync_steps``), not the starting model that
+    TRL loads it from."""
+    from transformers import TrainerCallback
+    from trl.trainer.callbacks import SyncRefModelCallback
+
+    class _ReferenceFromCheckpoint(TrainerCallback):
+        done = False
+
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if self.done or trainer.ref_model is None:
+                return
+            self.done = True  # after the checkpoint's weights are loaded, whatever the backend
+            policy = trainer.accelerator.unwrap_model(model or trainer.model)
+            SyncRefModelCallback.sync_target_model(policy, trainer.ref_model, 1.0)
+
+    return _ReferenceFromCheckpoint()
+
+
 def stop_reward_loop(trainer: Any) -> None:
     """Stop the event-loop thread TRL starts for async reward functions (it would otherwise run
     until the process exits: one more thread per stage in a pipeline or a test run)."""
@@ -558,6 +579,8 @@ def run_stage(
         args = grpo_args(config, local_ckpt, device, progress)
         callbacks = make_callbacks(config, tracker, reward, history, samples)
         trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
+        if resume and config.ref_sync_steps:
+            trainer.add_callback(reference_from_checkpoint(trainer))
         exp = config.experimental
         masked = config.stage == "adaptive" and config.adaptive.mask_unoffered
         shown_ids = len(pool.workers)

@@ -281,6 +281,33 @@ def test_ref_sync_steps_makes_the_policy_the_kl_reference(make_trainer, tmp_path
     assert same is bool(sync)
 
 
+def test_a_resumed_run_takes_the_checkpoints_policy_as_its_reference(make_trainer, tmp_path):
+    """With ``ref_sync_steps``, a resumed run's KL reference is the policy it resumes (TRL would
+    load it from the starting model), in place before the first step."""
+    import torch
+    from transformers import TrainerCallback
+
+    from conductor_core.train.grpo import reference_from_checkpoint
+
+    config = small(tmp_path, steps=1, questions_per_step=2, plans_per_question=GROUP)
+    trainer = make_trainer(config.model_copy(update={"beta": 0.1, "ref_sync_steps": 4}))
+    with torch.no_grad():  # the checkpoint's weights: the policy has moved from the start
+        for p in trainer.model.parameters():
+            p.add_(0.01)
+    seen: list[bool] = []
+
+    class Look(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            pairs = zip(trainer.ref_model.parameters(), trainer.model.parameters(), strict=True)
+            seen.append(all(torch.equal(ref, policy) for ref, policy in pairs))
+
+    trainer.add_callback(Look())  # before: TRL's reference is the starting model
+    trainer.add_callback(reference_from_checkpoint(trainer))
+    trainer.add_callback(Look())
+    trainer.train()
+    assert seen == [False, True]
+
+
 # --------------------------------------------------------------------------------------------
 # The learning-rate warm-up
 
