@@ -194,8 +194,9 @@ def test_profiles_are_the_yaml_files():
 def test_tiny_recursive_profile_values():
     # The learning test (tests/e2e/test_learning.py) was measured with these values.
     c = build_config({}, stage="recursive", profile="tiny")
-    assert (c.questions_per_step, c.plans_per_question, c.steps) == (64, 2, 40)
+    assert (c.questions_per_step, c.plans_per_question, c.steps) == (32, 2, 120)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
+    assert c.ref_sync_steps == 20  # bench/bench_recursive_seeds.py was measured with it
     assert c.loss_type == "grpo" and c.num_iterations == 1
     assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_grammar is True
     assert c.beta == 0.05 and c.experimental.truncated_is_format_error is True
