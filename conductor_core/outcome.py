@@ -66,8 +66,9 @@ async def grade(
 def combine(outcomes: Sequence[Outcome]) -> Outcome:
     """Several executions of one plan as one outcome: the mean reward and majority verdict of
     those not spoiled by infrastructure (``None`` and ``infra_error`` when all were), the first
-    usable execution's answer, plan figures and the reward of that answer alone
-    (``answer_reward``), and the calls, tokens and cost of all of them."""
+    usable execution's answer and plan figures (with the reward of that answer alone,
+    ``answer_reward``, when several were averaged), and the calls, tokens and cost of all of
+    them."""
     if not outcomes:
         raise ValueError("combine(): no outcomes")
     scored = [o for o in outcomes if o.reward is not None]
@@ -83,7 +84,8 @@ def combine(outcomes: Sequence[Outcome]) -> Outcome:
         out.reward = None
         return out
     out.infra_error = False
-    out.answer_reward = base.kept_reward
+    if len(scored) > 1:  # averaged: the mean is no longer the shown answer's grade
+        out.answer_reward = base.kept_reward
     out.reward = sum(o.reward or 0.0 for o in scored) / len(scored)
     out.correct = sum(o.correct for o in scored) * 2 > len(scored)
     return out

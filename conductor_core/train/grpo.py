@@ -300,9 +300,6 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "lr_scheduler_type": scheduler,
         "warmup_steps": warmup_steps,
         "beta": config.beta,
-        "sync_ref_model": bool(config.ref_sync_steps),
-        "ref_model_sync_steps": config.ref_sync_steps or 512,  # TRL's default when unused
-        "ref_model_mixup_alpha": 1.0,
         "loss_type": config.loss_type,
         "num_iterations": config.num_iterations,
         "scale_rewards": config.scale_rewards,
@@ -327,6 +324,12 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         # Always passed: TRL turns it on when not told (a tiny model recomputed for nothing).
         "gradient_checkpointing": config.gradient_checkpointing,
     }
+    if config.ref_sync_steps:  # the reference becomes the policy every N steps
+        kwargs.update(
+            sync_ref_model=True,
+            ref_model_sync_steps=config.ref_sync_steps,
+            ref_model_mixup_alpha=1.0,
+        )
     if launch.distributed and device == "cpu":
         kwargs["ddp_backend"] = "gloo"
     if use_vllm:

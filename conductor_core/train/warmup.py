@@ -171,10 +171,10 @@ def recursion_warmup_texts(
     requests = {pid: plan_request(p.question, pool_size, options) for pid, p in unique.items()}
     written = own_plans(model, tokenizer, config, list(requests.values()))
     steps = min(config.warmup.max_plan_steps, config.data.max_steps)
+    access = config.data.access_mode
     plans: dict[str, str] = {}
     for pid, plan in zip(requests, written, strict=True):
         # a greedy plan that does not parse is no target: that question gets a synthetic plan
-        access = config.data.access_mode
         plans[pid] = plan or synthetic_plan(
             rng, pool_size, max_plan_steps=steps, access_mode=access
         )
