@@ -197,12 +197,14 @@ def test_tiny_recursive_profile_values():
     assert (c.questions_per_step, c.plans_per_question, c.steps) == (32, 2, 120)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
     assert c.ref_sync_steps == 20  # bench/bench_recursive_seeds.py was measured with it
+    assert c.reward.executions_per_plan == 4  # a stage's nested override, not the other stages'
     assert c.loss_type == "grpo" and c.num_iterations == 1
     assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_grammar is True
     assert c.beta == 0.05 and c.experimental.truncated_is_format_error is True
     assert c.warmup.enabled is True and c.warmup.prompt_loss is False  # the recursion warm-up
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
+    assert base.reward.executions_per_plan == 1
     assert base.learning_rate == 3e-4 and base.experimental.warmup_recursion_fraction == 0.5
     assert base.beta == 0.05 and build_config({}, stage="adaptive", profile="tiny").beta == 0.0
     assert base.loss_type == "dapo"
