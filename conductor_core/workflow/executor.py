@@ -27,6 +27,11 @@ from conductor_core.workflow.model import ALL, Workflow
 from conductor_core.workflow.prompts import prompt_digest, worker_message
 from conductor_core.workflow.trace import StepTrace, WorkflowTrace
 
+REPEAT_STRIDE = 1 << 48
+"""Sample-index distance between identical requests of one plan: above any training-row index and
+any round's offset (``solve.ROUND_STRIDE`` times the round, under 256 rounds), so no two calls
+share an index."""
+
 EventHandler = Callable[[dict[str, Any]], None]
 """Receives executor events: ``step_start``, ``step_end``, ``step_skipped``, ``workflow_end``."""
 
@@ -109,6 +114,21 @@ async def execute(
     return await run.go(answer_fallback)
 
 
+def step_sample_indices(workflow: Workflow, sample_index: int) -> list[int]:
+    """Each step's sample index. Steps that make the same request (same worker, subtask and
+    visible steps, so the same prompt) are new samples of it, as a sampled API gives: the ``n``-th
+    repeat draws ``sample_index + n * REPEAT_STRIDE``. A request made once keeps ``sample_index``,
+    so plans without repeats run as they always did (seeds, traces and cached replies)."""
+    seen: dict[tuple[int, str, tuple[int, ...]], int] = {}
+    out: list[int] = []
+    for i, step in enumerate(workflow.steps):
+        key = (step.worker, step.subtask, step.visible(i))
+        repeat = seen.get(key, 0)
+        seen[key] = repeat + 1
+        out.append(sample_index + repeat * REPEAT_STRIDE)
+    return out
+
+
 def _chain_lengths(workflow: Workflow) -> list[int]:
     """For each step, the length of the longest chain of steps that starts at it and follows
     readers (1 for a step nothing reads). Used as the step's call priority: critical path first."""
@@ -139,7 +159,7 @@ class _Run:
         self.pool = pool
         self.budget = budget
         self.previous_answer = previous_answer
-        self.sample_index = sample_index
+        self.sample_indices = step_sample_indices(workflow, sample_index)
         self.on_event = on_event
         self.on_answer_delta = on_answer_delta
         n = len(workflow.steps)
@@ -225,7 +245,7 @@ class _Run:
             result = await self.pool.call(
                 step.worker,
                 [{"role": "user", "content": prompt}],
-                sample_index=self.sample_index,
+                sample_index=self.sample_indices[i],
                 deadline=self.deadline,
                 priority=self.priority[i],
                 **({"on_delta": self.on_answer_delta} if streamed else {}),

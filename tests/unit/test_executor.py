@@ -230,3 +230,65 @@ def test_previous_answer_visible_only_to_all_steps() -> None:
 def test_empty_workflow_has_no_answer() -> None:
     trace = asyncio.run(execute(Workflow(), "Q?", FakePool()))
     assert trace.answer is None and trace.calls == 0 and not trace.infra_error
+
+
+class IndexRecordingPool(FakePool):
+    """FakePool that also records each call's sample index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.indices: list[tuple[int, str, int]] = []
+
+    async def call(self, worker_id, messages, *, sample_index=0, deadline=None, priority=0.0):
+        self.indices.append((worker_id, messages[-1]["content"], sample_index))
+        return await super().call(worker_id, messages, sample_index=sample_index)
+
+
+def test_a_request_repeated_within_a_plan_is_a_new_sample() -> None:
+    """Steps making one request (worker, subtask, visible steps) draw samples 0, 1, 2 of it, as
+    a sampled API answers twice; a request made once keeps the plan's sample index."""
+    from conductor_core.workflow.executor import REPEAT_STRIDE
+
+    same = Step(worker=0, subtask="do step 0", access=())
+    plan = Workflow(
+        steps=(
+            same,
+            same,
+            Step(worker=1, subtask="do step 0", access=()),
+            same,
+            Step(worker=0, subtask="do step 0", access=(0,)),  # another visible set: its own
+            Step(worker=2, subtask="do step 5", access=ALL),
+        )
+    )
+    pool = IndexRecordingPool()
+    asyncio.run(execute(plan, "Q?", pool, sample_index=7))
+    by_prompt: dict[tuple[int, str], list[int]] = {}
+    for worker, prompt, index in pool.indices:
+        by_prompt.setdefault((worker, prompt), []).append(index)
+    repeated = [sorted(v) for v in by_prompt.values() if len(v) > 1]
+    assert repeated == [[7, 7 + REPEAT_STRIDE, 7 + 2 * REPEAT_STRIDE]]
+    assert sorted(i for v in by_prompt.values() if len(v) == 1 for i in v) == [7, 7, 7]
+
+
+def test_repeated_requests_to_a_simulated_worker_draw_different_replies() -> None:
+    """On the bundled simulated pool, a plan asking a middling worker the same subtask twice
+    gets two replies that mostly differ (before, one reply twice), and the first of them is
+    the reply the request alone gets."""
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
+    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.pool import WorkerPool
+
+    problems = read_problems(bundled_train_problems_path())[:40]
+    once = Step(worker=3, subtask="Solve it.", access=())  # the generalist
+    alone, twice = Workflow(steps=(once,)), Workflow(steps=(once, once))
+
+    async def replies(question: str) -> tuple[str | None, str | None, str | None]:
+        async with WorkerPool(load_pool(bundled_train_pool_path())) as pool:
+            both = await execute(twice, question, pool)
+            single = await execute(alone, question, pool)
+        return both.steps[0].response, both.steps[1].response, single.steps[0].response
+
+    got = [asyncio.run(replies(p.question)) for p in problems]
+    assert all(first == single for first, _, single in got)
+    assert sum(first != second for first, second, _ in got) > len(got) // 2
