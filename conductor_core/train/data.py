@@ -107,6 +107,25 @@ def shown_descriptions(
     return tuple(out)
 
 
+def shown_workers(
+    rng: Random,
+    config: StageConfig,
+    offered: Sequence[int],
+    pool_size: int,
+    descriptions: Sequence[str] = (),
+) -> tuple[list[int], list[int], tuple[str, ...]]:
+    """How one prompt shows the ``offered`` pool ids: (the ids it shows, the pool id each stands
+    for, the descriptions by shown id). Pool ids as they are, except in the adaptive stage with
+    ``adaptive.renumber`` (random ids, :func:`renumbered`); ``descriptions`` (by pool id) only
+    in descriptor mode. Draws from ``rng`` only when it renumbers."""
+    shown, workers = list(offered), list(offered)
+    if config.stage == "adaptive" and config.adaptive.renumber:
+        shown, workers = renumbered(rng, offered, id_range(pool_size))
+    if not config.data.descriptors:
+        return shown, workers, ()
+    return shown, workers, shown_descriptions(descriptions, shown, workers)
+
+
 def build_rows(
     problems: Sequence[Problem],
     pool_size: int,
@@ -144,10 +163,7 @@ def build_rows(
                 )
             else:
                 offered = list(range(pool_size))
-            workers = offered
-            if adaptive and config.adaptive.renumber:
-                offered, workers = renumbered(rng, offered, id_range(pool_size))
-            shown = shown_descriptions(descriptions, offered, workers)
+            offered, workers, shown = shown_workers(rng, config, offered, pool_size, descriptions)
             messages = stage_prompt(
                 config, p.question, pool_size, offered=offered, descriptions=shown
             )

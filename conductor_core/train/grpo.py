@@ -18,7 +18,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,8 +184,16 @@ def load_model(path: str, config: StageConfig, device: str):
     return model, tokenizer
 
 
-def prepare_model(config: StageConfig, problems, pool_size: int, device: str, log: Callable):
-    """Load the starting model; run (or reuse) the format warm-up when enabled."""
+def prepare_model(
+    config: StageConfig,
+    problems,
+    pool_size: int,
+    device: str,
+    log: Callable,
+    descriptions: Sequence[str] = (),
+):
+    """Load the starting model; run (or reuse) the format warm-up when enabled (``descriptions``,
+    by pool id: what descriptor mode shows)."""
     path = initial_model_dir(config, problems, pool_size)
     warm = config.output_path() / WARM_DIR
     if config.warmup.enabled and (warm / "config.json").is_file():
@@ -208,6 +216,7 @@ def prepare_model(config: StageConfig, problems, pool_size: int, device: str, lo
             problems,
             pool_size,
             config,
+            descriptions=descriptions,
             on_step=lambda i, loss: (
                 log(f"warm-up step {i}: loss {loss:.3f}") if i % every == 0 else None
             ),
@@ -550,7 +559,10 @@ def run_stage(
                     "data.train_problems": len(train),
                 }
             )
-            model, tokenizer = prepare_model(config, train, len(pool.workers), device, say)
+            descriptions = [w.description for w in pool.workers]  # shown in descriptor mode
+            model, tokenizer = prepare_model(
+                config, train, len(pool.workers), device, say, descriptions
+            )
             if not launch.is_local_main:
                 point = checkpoints.find_resume_point(config)  # what the local main downloaded
             local_ckpt = point.local_dir
@@ -561,7 +573,6 @@ def run_stage(
                 resume = checkpoints.download_checkpoint(
                     config.checkpoint_uri(), point.remote, local_ckpt
                 )
-        descriptions = [w.description for w in pool.workers]
         dataset = build_dataset(train, len(pool.workers), config, descriptions)
         rounds = RoundState() if config.stage == "recursive" else None
         reward = ConductorReward(

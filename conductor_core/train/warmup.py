@@ -27,7 +27,12 @@ from conductor_core.policy.base import PlanRequest, PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import offered_subset, stage_options, stage_prompt
+from conductor_core.train.data import (
+    offered_subset,
+    shown_workers,
+    stage_options,
+    stage_prompt,
+)
 from conductor_core.workers.problem_bank import ProblemBank
 from conductor_core.workers.simulated_answers import hedge_answer, render_answer
 from conductor_core.workflow.model import (
@@ -82,11 +87,19 @@ def synthetic_plan(
 
 
 def warmup_texts(
-    problems: Sequence[Problem], pool_size: int, config: StageConfig, count: int, *, seed: int = 0
+    problems: Sequence[Problem],
+    pool_size: int,
+    config: StageConfig,
+    count: int,
+    *,
+    seed: int = 0,
+    descriptions: Sequence[str] = (),
 ) -> list[tuple[list[dict[str, str]], str]]:
     """``count`` (prompt messages, plan text) pairs over the training problems, each offering a
     random subset of the pool (:func:`~conductor_core.train.data.offered_subset` with the stage's
-    ``adaptive.k_min``/``k_max``) and naming only offered workers.
+    ``adaptive.k_min``/``k_max``) shown as the stage's dataset shows it
+    (:func:`~conductor_core.train.data.shown_workers`: in descriptor mode with ``descriptions``,
+    by pool id, and random ids under ``adaptive.renumber``) and naming only offered workers.
 
     An ``experimental.warmup_recursion_fraction`` share are recursion rounds: a random previous
     plan and answer (half of them closed by a sentence of doubt), answered half the time by three
@@ -99,6 +112,7 @@ def warmup_texts(
     for _ in range(count):
         p = rng.choice(choices)
         offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
+        offered, _, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
         plan = synthetic_plan(
             rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
@@ -118,7 +132,14 @@ def warmup_texts(
                 plan = synthetic_plan(
                     rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
                 )
-        messages = stage_prompt(config, p.question, pool_size, previous=previous, offered=offered)
+        messages = stage_prompt(
+            config,
+            p.question,
+            pool_size,
+            previous=previous,
+            offered=offered,
+            descriptions=shown_desc,
+        )
         out.append((messages, plan))
     return out
 
@@ -215,9 +236,11 @@ def run_warmup(
     pool_size: int,
     config: StageConfig,
     *,
+    descriptions: Sequence[str] = (),
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
     """Train ``model`` in place on synthetic plans; returns ``{"steps", "loss", "seconds"}``.
+    ``descriptions`` (by pool id) are shown in descriptor mode, as the stage's dataset shows them.
 
     Stops after ``warmup.steps`` steps or ``warmup.max_seconds``, whichever comes first.
     """
@@ -231,7 +254,9 @@ def run_warmup(
             model, tokenizer, problems, pool_size, config, count, seed=config.seed + 1
         )
     else:
-        examples = warmup_texts(problems, pool_size, config, count, seed=config.seed + 1)
+        examples = warmup_texts(
+            problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
+        )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device

@@ -71,6 +71,36 @@ def test_warmup_offers_random_subsets_and_plans_name_only_offered_workers():
     assert min(sizes.values()) > 50
 
 
+def test_descriptor_mode_warmup_shows_the_prompt_the_stage_trains_on():
+    """In descriptor mode the warm-up's prompts show the descriptions, under random ids with
+    ``adaptive.renumber``, as the stage's dataset does (before, it showed bare pool ids, so the
+    description words first appeared in GRPO); its plans name only the ids shown."""
+    import re
+
+    from conductor_core.train.problems import bundled_train_pool_path
+    from conductor_core.workers.config import load_pool
+
+    descriptions = [w.description for w in load_pool(bundled_train_pool_path()).workers]
+    config = build_config(
+        {"data": {"descriptors": True}, "adaptive": {"renumber": True}},
+        stage="adaptive",
+        profile="tiny",
+    )
+    pairs = warmup_texts(PROBLEMS, 4, config, 200, seed=2, descriptions=descriptions)
+    seen_ids: set[int] = set()
+    for messages, plan in pairs:
+        listed = re.match(r"Models: (.+?)\. [A-Z]", messages[0]["content"])
+        assert listed is not None
+        shown = [item.rsplit(": ", 1) for item in listed.group(1).split(", ")]
+        assert all(text in descriptions for text, _ in shown)  # each id carries a description
+        ids = [int(i) for _, i in shown]
+        seen_ids.update(ids)
+        assert set(parse_plan(plan, workers=ids, allow_empty=True).worker_ids()) <= set(ids)
+    assert len(seen_ids) > 4  # random ids below 10, not the pool's 0-3
+    plain = warmup_texts(PROBLEMS, 4, build_config({}, profile="tiny"), 50, seed=2)
+    assert all("strong at" not in m[0]["content"] for m, _ in plain)  # no descriptions otherwise
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
