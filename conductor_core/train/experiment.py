@@ -48,7 +48,7 @@ def learning_config(
     out: str | Path,
     *,
     steps: int | None = 150,
-    warmup_steps: int = 300,
+    warmup_steps: int | None = None,
     layers: int = 2,
     seed: int = 0,
     track: bool = False,
@@ -57,14 +57,15 @@ def learning_config(
     extra: dict[str, Any] | None = None,
 ) -> StageConfig:
     """The tiny-profile config of the learning experiment (``extra``: more overrides; ``steps``
-    None: the profile's steps for ``stage``)."""
+    and ``warmup_steps`` None: the profile's for ``stage``)."""
     data: dict[str, Any] = {
         "output_dir": str(out),
         "seed": seed,
         "model": {"tiny": {"layers": layers, "seed": seed}},
-        "warmup": {"steps": warmup_steps},
         "tracking": {"backend": "mlflow" if track else "none", "log_model": False},
     }
+    if warmup_steps is not None:
+        data["warmup"] = {"steps": warmup_steps}
     if steps is not None:
         data["steps"] = steps
         data["checkpoint"] = {"save_steps": max(steps, 1)}

@@ -56,3 +56,17 @@ def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
         )
         assert is_first_round_keep(trace, 5, "index") is expected
     assert not is_first_round_keep(SolveTrace(question="q"), 5, "index")
+
+
+def test_the_experiments_train_each_stage_as_its_profile_does(tmp_path):
+    """A bench's stage runs the profile's warm-up (the recursive stage's short recursion warm-up,
+    not the base stage's 300 format steps), unless it asks for another length."""
+    from conductor_core.train.config import build_config
+    from conductor_core.train.experiment import learning_config
+
+    for stage in ("base", "recursive"):
+        profile = build_config({}, stage=stage, profile="tiny")
+        got = learning_config(tmp_path, stage=stage, steps=None)
+        assert got.warmup.steps == profile.warmup.steps
+        assert got.steps == profile.steps
+    assert learning_config(tmp_path, stage="recursive", warmup_steps=7).warmup.steps == 7
