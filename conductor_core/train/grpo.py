@@ -578,7 +578,7 @@ def run_stage(
         reward = ConductorReward(
             by_id,
             pool,
-            options=stage_options(config),
+            options=stage_options(config, descriptions=descriptions),  # round-2 prompts too
             executions=config.reward.executions_per_plan,
             max_concurrent=config.reward.max_concurrent_plans,
             rounds=rounds,

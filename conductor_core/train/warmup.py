@@ -171,6 +171,7 @@ def recursion_warmup_texts(
     count: int,
     *,
     seed: int = 0,
+    descriptions: Sequence[str] = (),
 ) -> list[tuple[list[dict[str, str]], str]]:
     """``count`` (prompt messages, plan text) pairs that refresh a trained model's recursion
     round before the recursive stage (``warmup.enabled`` in that stage), written by the model
@@ -184,11 +185,12 @@ def recursion_warmup_texts(
     as its untrained round 2 does; this gives the stage both decisions to compare, with new plans
     routed as well as round 1, and leaves which decision fits which answer to GRPO. A question
     whose greedy plan does not parse gets a synthetic plan (:func:`synthetic_plan`) instead.
+    ``descriptions`` (by pool id) are shown in descriptor mode.
     """
     rng = Random(seed)
     chosen = [rng.choice(list(problems)) for _ in range(count)]
     unique = {p.id: p for p in chosen}
-    options = stage_options(config)
+    options = stage_options(config, descriptions=descriptions)
     requests = {pid: plan_request(p.question, pool_size, options) for pid, p in unique.items()}
     written = own_plans(model, tokenizer, config, list(requests.values()))
     steps = min(config.warmup.max_plan_steps, config.data.max_steps)
@@ -210,7 +212,11 @@ def recursion_warmup_texts(
         if rng.random() < 0.5:
             shown = hedge_answer(p, shown, rng)
         messages = stage_prompt(
-            config, p.question, pool_size, previous=PreviousRound(plan=plan, answer=shown)
+            config,
+            p.question,
+            pool_size,
+            previous=PreviousRound(plan=plan, answer=shown),
+            descriptions=descriptions,
         )
         out.append((messages, KEEP_PLAN if rng.random() < 0.5 else plan))
     return out
@@ -251,7 +257,14 @@ def run_warmup(
     count = spec.steps * spec.batch_size
     if config.stage == "recursive":
         examples = recursion_warmup_texts(
-            model, tokenizer, problems, pool_size, config, count, seed=config.seed + 1
+            model,
+            tokenizer,
+            problems,
+            pool_size,
+            config,
+            count,
+            seed=config.seed + 1,
+            descriptions=descriptions,
         )
     else:
         examples = warmup_texts(

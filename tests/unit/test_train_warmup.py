@@ -167,3 +167,22 @@ def test_the_recursion_warm_up_is_written_by_the_model_itself(tiny, monkeypatch)
     assert 0 < keeps < len(recursion)
     hedged = [p == KEEP_PLAN for m, p in recursion if any(h in m[2]["content"] for h in HEDGES)]
     assert hedged and 0 < sum(hedged) < len(hedged)  # the target does not follow the answer
+
+
+def test_the_recursion_warm_up_in_descriptor_mode_shows_the_descriptions(tiny, monkeypatch):
+    """In descriptor mode both the recursion warm-up's round 1 and its recursion rounds list each
+    worker with its description, as the stage's dataset and round-2 prompts do."""
+    import conductor_core.train.warmup as warmup
+
+    model, tok = tiny
+    descriptions = ["strong at math", "strong at choices", "strong at free-form", "fair at all"]
+    monkeypatch.setattr(
+        warmup, "own_plans", lambda m, t, c, requests: [None for _ in range(len(requests))]
+    )
+    config = build_config({"data": {"descriptors": True}}, stage="recursive", profile="tiny")
+    listed = "Models: " + ", ".join(f"{d}: {i}" for i, d in enumerate(descriptions)) + "."
+    pairs = warmup.recursion_warmup_texts(
+        model, tok, PROBLEMS[:5], 4, config, 40, seed=3, descriptions=descriptions
+    )
+    assert {len(m) for m, _ in pairs} == {1, 3}  # round 1 and recursion rounds both
+    assert all(m[0]["content"].startswith(listed) for m, _ in pairs)
