@@ -125,7 +125,7 @@ def measure(
     base = replace(
         stage_options(config),
         descriptors=descriptors,
-        descriptions=tuple(w.description for w in pool.workers),
+        descriptions=pool.descriptions(),
     )
     chosen = subsets(len(pool.workers), sizes)
     methods = [

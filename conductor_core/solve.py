@@ -253,7 +253,7 @@ def solve_options(
             max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost, deadline_s=deadline
         ),
         descriptors=descriptors,
-        descriptions=tuple(w.description for w in pool.workers),
+        descriptions=pool.descriptions(),
         answer_fallback=answer_fallback,
         prompt_style=PromptStyle(prompt_style),
     )

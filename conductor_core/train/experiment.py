@@ -401,7 +401,7 @@ def run_model(
     method = PlanSourceMethod(
         "conductor",
         source,
-        replace(stage_options(config), max_rounds=rounds),
+        replace(stage_options(config, descriptions=pool.descriptions()), max_rounds=rounds),
         offered_for=offered_for,
     )
     run = RunConfig(repeats=plans_per_question, seed=seed, progress=False, infra_retries=0)
@@ -490,7 +490,7 @@ def evaluate_recursion(
     )
     by_id = {p.id: p for p in problems}
     size = len(pool.workers)
-    options = stage_options(config)
+    options = stage_options(config, descriptions=pool.descriptions())
     firsts: list[Outcome] = []
     seconds: list[Outcome] = []
     prompts: list[list[dict[str, str]]] = []

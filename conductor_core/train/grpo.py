@@ -559,7 +559,7 @@ def run_stage(
                     "data.train_problems": len(train),
                 }
             )
-            descriptions = [w.description for w in pool.workers]  # shown in descriptor mode
+            descriptions = pool.descriptions()  # shown in descriptor mode
             model, tokenizer = prepare_model(
                 config, train, len(pool.workers), device, say, descriptions
             )

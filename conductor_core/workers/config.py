@@ -201,6 +201,10 @@ class PoolConfig(BaseModel):
     def __len__(self) -> int:
         return len(self.workers)
 
+    def descriptions(self) -> tuple[str, ...]:
+        """Each worker's one-line description, by pool id (what descriptor mode shows)."""
+        return tuple(w.description for w in self.workers)
+
     def aggregator_id(self) -> int:
         """The id of the mixture-of-agents aggregator (:attr:`aggregator`, else the last)."""
         names = [w.name for w in self.workers]
