@@ -202,6 +202,7 @@ def test_tiny_recursive_profile_values():
     assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_grammar is True
     assert c.beta == 0.05 and c.experimental.truncated_is_format_error is True
     assert c.warmup.enabled is True and c.warmup.prompt_loss is False  # the recursion warm-up
+    assert c.warmup.steps == 300  # bench_recursive_seeds.py measured the stage with it
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
     assert base.reward.executions_per_plan == 1
