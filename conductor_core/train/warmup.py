@@ -211,14 +211,9 @@ def recursion_warmup_texts(
         shown = render_answer(p, rng.random() < 0.5, rng, bank)
         if rng.random() < 0.5:
             shown = hedge_answer(p, shown, rng)
-        messages = stage_prompt(
-            config,
-            p.question,
-            pool_size,
-            previous=PreviousRound(plan=plan, answer=shown),
-            descriptions=descriptions,
-        )
-        out.append((messages, KEEP_PLAN if rng.random() < 0.5 else plan))
+        previous = PreviousRound(plan=plan, answer=shown)
+        request = plan_request(p.question, pool_size, options, previous=previous)
+        out.append((plan_messages(request), KEEP_PLAN if rng.random() < 0.5 else plan))
     return out
 
 
