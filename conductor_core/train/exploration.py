@@ -47,6 +47,7 @@ from functools import cache
 from typing import Any
 
 from conductor_core.errors import ConfigError
+from conductor_core.train.generate_hook import generate_hook
 
 __all__ = [
     "IMPORTANCE_RATIO_CAP",
@@ -362,15 +363,10 @@ def routing_exploration(
         yield model
         return
     offered.mask_tokens = mask_tokens
-    from transformers import LogitsProcessorList
 
-    generate = model.generate
-
-    def generate_with_exploration(*args: Any, **kwargs: Any) -> Any:
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
+    def make(input_ids: Any, mask: Any) -> Any:
         if input_ids is None:
-            return generate(*args, **kwargs)
-        mask = kwargs.get("attention_mask")
+            return None
         prompts = [
             _key(row[m.bool()].tolist() if mask is not None else row.tolist())
             for row, m in zip(input_ids, mask if mask is not None else input_ids, strict=True)
@@ -384,23 +380,20 @@ def routing_exploration(
                 f"offered_trainer_class() (it records each batch's rows)"
             )
         covered = 0 if offered.coverage_paused else coverage
-        processor = routing_processor(
+        return routing_processor(
             tokenizer, prompts, workers, input_ids.shape[1], floor, covered, mask_tokens
         )
-        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(processor)
-        out = generate(*args, logits_processor=processors, **kwargs)
+
+    def seen(processor: Any, out: Any) -> None:
         sequences = getattr(out, "sequences", out)
         offered.sampling_log = processor.sampling_log(sequences)
         if mask_tokens is not None:
             offered.slot_log = processor.slot_log(sequences.shape[0])
-        return out
 
-    model.generate = generate_with_exploration  # an instance attribute: the class's stays as it was
     try:
-        yield model
+        with generate_hook(model, make, seen):
+            yield model
     finally:
-        del model.generate
         offered.mask_tokens = None
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from conductor_core.train.generate_hook import generate_hook
+
 __all__ = ["allowed_tensor", "generating_under"]
 
 
@@ -28,24 +30,8 @@ def generating_under(model: Any, processor: Any | None) -> Iterator[Any]:
     if processor is None:
         yield model
         return
-    from transformers import LogitsProcessorList
-
-    wrapped = model.__dict__.get("generate")
-    generate = model.generate
-
-    def generate_under(*args: Any, **kwargs: Any) -> Any:
-        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(processor)
-        return generate(*args, logits_processor=processors, **kwargs)
-
-    model.generate = generate_under  # an instance attribute: the class's stays as it was
-    try:
+    with generate_hook(model, lambda _ids, _mask: processor):
         yield model
-    finally:
-        if wrapped is None:
-            del model.generate
-        else:
-            model.generate = wrapped
 
 
 def allowed_tensor(
