@@ -86,9 +86,8 @@ def test_wrong_answers_are_oversampled_with_weights_that_keep_the_expectation():
         sources, weights = oversampled_sources(rng, rows, wrong, 4.0)
         draws += len(sources)
         wrong_draws += sources.count(7)
-        pairs = list(zip(sources, weights, strict=True))
-        estimates.append(sum(w * value[s] for s, w in pairs) / len(rows))
-        assert all(w == (11 / 32 if s == 7 else 11 / 8) for s, w in pairs)
+        estimates.append(sum(w * value[s] for s, w in zip(sources, weights)) / len(rows))
+        assert all(w == (11 / 32 if s == 7 else 11 / 8) for s, w in zip(sources, weights))
     assert wrong_draws / draws == pytest.approx(4 / 11, abs=0.01)  # 1/8 without over-sampling
     assert sum(estimates) / len(estimates) == pytest.approx(sum(value) / 8, rel=0.01)
 
