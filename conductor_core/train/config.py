@@ -499,18 +499,6 @@ class RecursiveSpec(_Strict):
         "`generation.backend: transformers` only (TRL's vLLM generation takes one grammar for "
         "all prompts).",
     )
-    wrong_oversampling: float = Field(
-        default=1.0,
-        ge=1.0,
-        description="How many times as likely a wrong round-1 answer is as a right one to be "
-        "the context of a round-2 row. 1 (the paper's sampling): round-2 row k continues "
-        "round-1 row k. Above 1, each round-2 row draws the round-1 row it continues from all of "
-        "the batch's forced round-1 rows, with replacement, in those odds, and its advantage is "
-        "weighted by p/q (p the uniform pairing's probability, q the draw's), so the gradient's "
-        "expectation is the paper's. A trained model answers few questions wrong, and a wrong "
-        "answer is where a new plan's worth varies most (stratified sampling: it gets more "
-        "draws, the right answers fewer).",
-    )
 
 
 class ExperimentalSpec(_Strict):

@@ -501,7 +501,6 @@ def build_trainer(
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
             round2_grammar=config.recursive.round2_grammar,
-            wrong_oversampling=config.recursive.wrong_oversampling,
         )
     return offered_trainer_class()(**kwargs)
 

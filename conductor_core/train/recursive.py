@@ -36,7 +36,6 @@ import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from random import Random
 from typing import Any, TypeVar
 
 from conductor_core.outcome import Outcome
@@ -58,28 +57,6 @@ class _Batch:
     pairs: int
     first_rows: list[int] = field(default_factory=list)
     second_rows: list[int] = field(default_factory=list)
-    sources: list[int] = field(default_factory=list)
-    """The round-1 row each round-2 row continues (``first_rows`` unless wrong answers are
-    over-sampled)."""
-    weights: list[float] = field(default_factory=list)
-    """Each round-2 row's importance weight (1.0 unless wrong answers are over-sampled)."""
-
-
-def oversampled_sources(
-    rng: Random, rows: Sequence[int], wrong: Sequence[bool], factor: float
-) -> tuple[list[int], list[float]]:
-    """Round-1 rows for ``len(rows)`` round-2 rows, drawn with replacement from ``rows``, a row
-    with a wrong answer (``wrong``, same order) ``factor`` times as likely as one with a right
-    answer; and each draw's importance weight ``p / q`` (``p = 1 / len(rows)``, the paper's
-    uniform pairing; ``q`` the draw's probability), so that the weighted round-2 gradient has the
-    expectation of the uniform one. ``factor`` 1 keeps the uniform pairing (row ``k`` continues
-    row ``k``, weight 1)."""
-    if factor == 1.0 or not rows:
-        return list(rows), [1.0] * len(rows)
-    odds = [factor if w else 1.0 for w in wrong]
-    total = sum(odds)
-    picks = rng.choices(range(len(rows)), weights=odds, k=len(rows))
-    return [rows[k] for k in picks], [total / (len(rows) * odds[k]) for k in picks]
 
 
 def forced_pairs(groups: int, fraction: float) -> int:
@@ -137,7 +114,6 @@ def make_recursive_trainer_class():
             forced_fraction: float = 0.5,
             first_round_discount: float = 0.25,
             round2_grammar: bool = False,
-            wrong_oversampling: float = 1.0,
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
@@ -148,7 +124,6 @@ def make_recursive_trainer_class():
             self.forced_fraction = forced_fraction
             self.first_round_discount = first_round_discount
             self.round2_grammar = round2_grammar
-            self.wrong_oversampling = wrong_oversampling
             self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
             self._batch: _Batch | None = None
             self.round_stats: dict[str, float] = {}
@@ -160,7 +135,6 @@ def make_recursive_trainer_class():
             pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
             batch = _Batch(inputs=inputs, pairs=pairs)
             batch.first_rows, batch.second_rows = pair_rows(pairs, g)
-            batch.sources, batch.weights = list(batch.first_rows), [1.0] * len(batch.first_rows)
             for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
                 inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
             self._batch = batch
@@ -175,18 +149,16 @@ def make_recursive_trainer_class():
 
         def _measure_against_keeping(self, advantages: Any, batch: _Batch) -> None:
             """Round-2 advantages against the exact value of keeping: the final reward minus the
-            reward of the round-1 answer the row continues, times the row's importance weight
-            (see the module docstring)."""
+            reward of the round-1 answer the row continues (see the module docstring)."""
             outcomes = self.conductor_reward.last_outcomes
             reward = self.conductor_reward
-            rows = zip(batch.second_rows, batch.sources, batch.weights, strict=True)
-            for row, source, weight in rows:
+            for row, source in zip(batch.second_rows, batch.first_rows, strict=True):
                 if row >= advantages.shape[0] or row >= len(outcomes):
                     continue  # another process holds it
                 first = self.rounds.cached.get(source)
                 final = reward.adjusted(outcomes[row])
                 kept = None if first is None else first.kept_reward
-                advantages[row] = 0.0 if final is None or kept is None else weight * (final - kept)
+                advantages[row] = 0.0 if final is None or kept is None else final - kept
 
         def _log_rounds(self, batch: _Batch, mode: str) -> None:
             """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
@@ -194,8 +166,8 @@ def make_recursive_trainer_class():
             if not batch.second_rows or len(outcomes) < len(batch.inputs):
                 return
             seconds = [outcomes[r] for r in batch.second_rows]
-            firsts = [outcomes[r] for r in batch.sources]
-            got = recursion_metrics(firsts, seconds, batch.weights)
+            firsts = [outcomes[r] for r in batch.first_rows]
+            got = recursion_metrics(firsts, seconds)
             parsed = [o for o in seconds if o.plan_ok]
             forced = [outcomes[r] for r in batch.first_rows]
             stats = {
@@ -299,20 +271,12 @@ def make_recursive_trainer_class():
             by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
             for r, (_, outcome) in by_row.items():
                 self.rounds.cached[r] = outcome
-            rng = Random(self.args.seed * 1_000_003 + step * 101 + self.accelerator.process_index)
-            wrong = [o.plan_ok and not o.correct for o in outcomes]
-            batch.sources, batch.weights = oversampled_sources(
-                rng, rows, wrong, self.wrong_oversampling
-            )
-            for r2, source in zip(batch.second_rows, batch.sources, strict=True):
-                # the reward reads each row's question from the batch's inputs after generation
-                inputs[r2] = dict(inputs[source])
             tokenizer = self.processing_class
             pool_size = len(self.conductor_reward.pool_config.workers)
             ids: list[list[int]] = []
             requests: list[PlanRequest] = []
             offered_rows: list[list[int]] = []
-            for r2, source in zip(batch.second_rows, batch.sources, strict=True):
+            for r2, source in zip(batch.second_rows, batch.first_rows, strict=True):
                 text, outcome = by_row[source]
                 offered = inputs[source].get("offered") or list(range(pool_size))
                 previous = PreviousRound(plan=text, answer=outcome.answer)
@@ -361,30 +325,18 @@ def by_first_answer(
     return right, wrong
 
 
-def recursion_metrics(
-    firsts: Sequence[Outcome],
-    seconds: Sequence[Outcome],
-    weights: Sequence[float] | None = None,
-) -> dict[str, float]:
+def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> dict[str, float]:
     """Keep/revise rates of round-2 outcomes given the round-1 outcomes (same order).
 
     ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
     that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
     As deployment decides (a round-2 plan that does not parse keeps the answer as well):
     ``answer_kept_when_right`` is P(no new plan | right) and ``new_plan_discrimination``
-    P(new plan | wrong) - P(new plan | right). ``weights`` (the round-2 rows' importance
-    weights) weight the mean rewards; the rates are conditioned on round 1's grade, which is all
-    the over-sampling depends on, so they need none.
+    P(new plan | wrong) - P(new plan | right).
     """
     right, wrong = by_first_answer(firsts, list(zip(firsts, seconds, strict=True)))
-    weights = [1.0] * len(firsts) if weights is None else weights
-
-    def mean(outcomes: Sequence[Outcome]) -> float:
-        scored = [
-            (o.reward, w) for o, w in zip(outcomes, weights, strict=True) if o.reward is not None
-        ]
-        total = sum(w for _, w in scored)
-        return sum(r * w for r, w in scored) / total if total else 0.0
+    scored1 = [a.reward for a in firsts if a.reward is not None]
+    scored2 = [b.reward for b in seconds if b.reward is not None]
 
     def share(pairs: list[tuple[Outcome, Outcome]], keep: bool) -> float:
         hits = sum(1 for _, b in pairs if b.plan_ok and b.kept == keep)
@@ -399,8 +351,8 @@ def recursion_metrics(
         "answer_kept_when_right": 1.0 - share(right, False) if right else 0.0,
         "new_plan_discrimination": share(wrong, False) - share(right, False),
         "keep_discrimination": keep_right - keep_wrong,
-        "first_reward": mean(firsts),
-        "final_reward": mean(seconds),
+        "first_reward": sum(scored1) / len(scored1) if scored1 else 0.0,
+        "final_reward": sum(scored2) / len(scored2) if scored2 else 0.0,
         "round2_format_error_rate": sum(1 for b in seconds if not b.plan_ok) / max(1, len(seconds)),
         "right_first": float(len(right)),
         "wrong_first": float(len(wrong)),

@@ -49,8 +49,7 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
         conductor_reward=SimpleNamespace(last_outcomes=outcomes, adjusted=lambda o: o.reward),
         rounds=RoundState(cached=dict(enumerate(firsts))),
     )
-    rows = {"first_rows": [0, 1, 2, 3], "second_rows": [4, 5, 6, 7]}
-    batch = _Batch(inputs=[], pairs=1, **rows, sources=[0, 1, 2, 3], weights=[1.0] * 4)
+    batch = _Batch(inputs=[], pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
     advantages = torch.full((8, 3), 9.0)  # per-token advantages, as the correction leaves them
     measure = make_recursive_trainer_class()._measure_against_keeping
     measure(trainer, advantages, batch)
@@ -60,36 +59,6 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     short = torch.full((5,), 9.0)  # another process holds rows 5-7
     measure(trainer, short, batch)
     assert short.tolist() == [9.0, 9.0, 9.0, 9.0, 0.0]
-    # Over-sampled wrong answers: each row is measured against the answer it continues, times
-    # its importance weight (row 4 fixes wrong row 2, row 5 breaks right row 0).
-    batch = _Batch(inputs=[], pairs=1, **rows, sources=[2, 0, 3, 2], weights=[0.5, 2.0, 0.5, 0.5])
-    advantages = torch.full((8,), 9.0)
-    measure(trainer, advantages, batch)
-    assert advantages[4:].tolist() == [0.25, -1.0, 0.25, 0.0]
-
-
-def test_wrong_answers_are_oversampled_with_weights_that_keep_the_expectation():
-    """``oversampled_sources``: factor 1 is the paper's pairing (row k continues row k); above 1
-    wrong answers are drawn ``factor`` times as often, and each draw's weight makes the weighted
-    mean of any per-row value an unbiased estimate of its plain mean."""
-    from random import Random
-
-    from conductor_core.train.recursive import oversampled_sources
-
-    rows, wrong = [0, 1, 2, 3, 4, 5, 6, 7], [False] * 7 + [True]
-    assert oversampled_sources(Random(0), rows, wrong, 1.0) == (rows, [1.0] * 8)
-    value = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 5.0]  # the wrong row's value stands out
-    rng = Random(0)
-    draws = wrong_draws = 0
-    estimates = []
-    for _ in range(4000):
-        sources, weights = oversampled_sources(rng, rows, wrong, 4.0)
-        draws += len(sources)
-        wrong_draws += sources.count(7)
-        estimates.append(sum(w * value[s] for s, w in zip(sources, weights)) / len(rows))
-        assert all(w == (11 / 32 if s == 7 else 11 / 8) for s, w in zip(sources, weights))
-    assert wrong_draws / draws == pytest.approx(4 / 11, abs=0.01)  # 1/8 without over-sampling
-    assert sum(estimates) / len(estimates) == pytest.approx(sum(value) / 8, rel=0.01)
 
 
 def test_is_keep_text():
