@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from conductor_core.train.experiment import held_out_problems, learning_config
     from conductor_core.train.grpo import load_inputs
-    from conductor_core.train.warmup import encode_example
+    from conductor_core.train.warmup import encode_example, supervised_step
     from conductor_core.workflow.model import AccessMode, Step, Workflow
     from conductor_core.workflow.prompts import plan_messages
 
@@ -143,26 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     start = time.perf_counter()
     for step in range(args.steps):
-        batch = encoded[step * args.batch : (step + 1) * args.batch]
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, labs) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(labs)] = torch.tensor(labs)
-            mask[row, : len(ids)] = 1
         model.train()
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = supervised_step(
+            model, optimizer, encoded[step * args.batch : (step + 1) * args.batch], pad
+        )
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             model.eval()
             share = best_share(model, tokenizer, config, held_out)
             print(
-                f"step {step + 1}: loss {float(loss.detach()):.4f}, held-out best-offered share "
+                f"step {step + 1}: loss {loss:.4f}, held-out best-offered share "
                 f"{share:.3f} ({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )

@@ -230,6 +230,32 @@ def encode_example(
     return ids, labels
 
 
+def supervised_step(
+    model: Any, optimizer: Any, batch: Sequence[tuple[list[int], list[int]]], pad: int
+) -> float:
+    """One cross-entropy step of ``model`` (in train mode) on ``batch``, pairs of token ids and
+    labels (:func:`encode_example`) right-padded with ``pad``; returns the batch's loss."""
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, labs) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(labs)] = torch.tensor(labs)
+        mask[row, : len(ids)] = 1
+    device = next(model.parameters()).device
+    out = model(
+        input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
+    )
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(out.loss.detach())
+
+
 def run_warmup(
     model: Any,
     tokenizer: Any,
@@ -267,7 +293,6 @@ def run_warmup(
         )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=spec.learning_rate
     )
@@ -277,22 +302,7 @@ def run_warmup(
     done = 0
     for step in range(spec.steps):
         batch = encoded[step * spec.batch_size : (step + 1) * spec.batch_size]
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, labs) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(labs)] = torch.tensor(labs)
-            mask[row, : len(ids)] = 1
-        out = model(
-            input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
-        )
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = float(out.loss.detach())
+        loss_value = supervised_step(model, optimizer, batch, pad)
         done = step + 1
         if on_step is not None:
             on_step(done, loss_value)
