@@ -65,16 +65,9 @@ def probe_examples(
 
 def best_share(model: Any, tokenizer: Any, config: Any, held_out: list[Any]) -> float:
     """The share of ``held_out`` pairs whose greedy plan's last step names a best offered id."""
-    from conductor_core.policy.local import TransformersPlanSource
+    from conductor_core.train.warmup import greedy_plans
 
-    source = TransformersPlanSource.from_loaded(
-        model,
-        tokenizer,
-        max_new_tokens=config.generation.max_completion_length,
-        temperature=0.0,
-        prompt_style=config.data.prompt_style,
-    )
-    results = source.generate_many([request for request, _ in held_out])
+    results = greedy_plans(model, tokenizer, config, [request for request, _ in held_out])
     hits = sum(
         r.ok and r.workflow.steps[-1].worker in best
         for r, (_, best) in zip(results, held_out, strict=True)

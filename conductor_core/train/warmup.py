@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
-from conductor_core.policy.base import PlanRequest, PreviousRound
+from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
@@ -144,11 +144,11 @@ def warmup_texts(
     return out
 
 
-def own_plans(
+def greedy_plans(
     model: Any, tokenizer: Any, config: StageConfig, requests: Sequence[PlanRequest]
-) -> list[str | None]:
-    """The plan ``model`` writes greedily for each request, through the library's local plan
-    source (one batched ``generate``), asked as the stage asks; None where it does not parse."""
+) -> list[PlanResult]:
+    """The plan ``model`` writes greedily for each request (unaided), through the library's local
+    plan source (one batched ``generate``), asked as the stage asks."""
     from conductor_core.policy.local import TransformersPlanSource
 
     source = TransformersPlanSource.from_loaded(
@@ -159,7 +159,15 @@ def own_plans(
         prompt_style=config.data.prompt_style,
         prompt_version=PROMPT_VERSION,
     )
-    return [result.raw if result.ok else None for result in source.generate_many(list(requests))]
+    return source.generate_many(list(requests))
+
+
+def own_plans(
+    model: Any, tokenizer: Any, config: StageConfig, requests: Sequence[PlanRequest]
+) -> list[str | None]:
+    """The plan ``model`` writes greedily for each request (:func:`greedy_plans`); None where
+    it does not parse."""
+    return [r.raw if r.ok else None for r in greedy_plans(model, tokenizer, config, requests)]
 
 
 def recursion_warmup_texts(
