@@ -25,7 +25,6 @@ model on 2 cores.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -36,8 +35,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_adaptive_routing import best_offered
-
-SUBTASK = "Answer the question."
 
 
 def probe_examples(
@@ -88,15 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", type=Path, help="keep the probed model in this folder")
     args = parser.parse_args(argv)
+    if not (args.model / "config.json").is_file():
+        parser.error(f"{args.model}: not a model folder (no config.json)")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from conductor_core.train.experiment import held_out_problems, learning_config
     from conductor_core.train.grpo import load_inputs
-    from conductor_core.train.warmup import encode_example, supervised_step
+    from conductor_core.train.warmup import WARMUP_SUBTASKS, encode_example, supervised_step
     from conductor_core.workflow.model import AccessMode, Step, Workflow
-    from conductor_core.workflow.prompts import plan_messages
+    from conductor_core.workflow.prompts import plan_messages, save_prompt_spec
 
     k_min, k_max = args.sizes
     with tempfile.TemporaryDirectory(prefix="bench-descriptor-probe-") as tmp:
@@ -121,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer,
             plan_messages(request),
             Workflow(
-                steps=(Step(worker=best[0], subtask=SUBTASK, access=()),),
+                # "Answer the question.": one of the warm-up's generic subtasks
+                steps=(Step(worker=best[0], subtask=WARMUP_SUBTASKS[1], access=()),),
                 access_mode=AccessMode(config.data.access_mode),
             ).render(),
             prompt_loss=False,
@@ -151,10 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.save:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)
-        # the model's prompt settings (conductor_prompt.json, the chat template) travel with it
-        for path in args.model.iterdir():
-            if path.is_file() and not (args.save / path.name).exists():
-                shutil.copy(path, args.save / path.name)
+        # asked as the probe asked it: descriptor mode, the stage's prompt style and plan length
+        save_prompt_spec(
+            args.save,
+            config.data.prompt_style,
+            max_plan_tokens=config.generation.max_completion_length,
+            descriptors=True,
+        )
         print(f"model: {args.save}")
     return 0
 
