@@ -28,9 +28,14 @@ position or id would score high on the first and the second alike).
         [--descriptors [--new-worker DOMAIN [--new-description TEXT]]]
     .venv/bin/python bench/bench_adaptive_routing.py --train OUT [--base-steps 130]
         [--adaptive-steps 80]     # no model: train the tiny profile's base + adaptive stages
+    .venv/bin/python bench/bench_adaptive_routing.py --train OUT --descriptors
+        [--adaptive-steps 40] [--new-worker DOMAIN]   # descriptor mode's recipe, then measure
 
 Training (the learning test's recipe: warm-up 300 steps, base GRPO, then the adaptive stage) takes
-about 10 CPU-minutes; the measurement itself about a minute for 10 subsets x 60 questions.
+about 10 CPU-minutes; with ``--descriptors`` it trains descriptor mode's recipe instead
+(:data:`~conductor_core.train.experiment.DESCRIPTOR_MODE`: the adaptive stage from a random
+model, with a format warm-up and the expert start in descriptor mode, then GRPO), about 6
+CPU-minutes. The measurement itself takes about a minute for 10 subsets x 60 questions.
 Prints a table (one row per subset) and the share averaged over subsets.
 """
 
@@ -240,7 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("model", nargs="?", help="trained Conductor folder (default: --train)")
     parser.add_argument("--train", metavar="OUT", help="train base + adaptive into OUT first")
     parser.add_argument("--base-steps", type=int, default=130)
-    parser.add_argument("--adaptive-steps", type=int, default=80)
+    parser.add_argument(
+        "--adaptive-steps",
+        type=int,
+        help="GRPO steps of the adaptive stage (80; 40 in descriptor mode)",
+    )
     parser.add_argument("--pool", help="simulated pool YAML (default: the tiny profile's)")
     parser.add_argument("--held-out", type=int, default=60, help="held-out questions (0: all)")
     parser.add_argument("--plans", type=int, default=1, help="plans per question and subset")
@@ -265,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         held_out_problems,
         learning_config,
         train_base_and_adaptive,
+        train_descriptor_mode,
     )
 
     extra = {"data": {"pool": args.pool}} if args.pool else None
@@ -274,10 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(args.train or tempfile.mkdtemp(prefix="bench-adaptive-train-"))
         if extra:
             raise SystemExit("--pool with --train: train on it with conductor train instead")
-        print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
-        model_dir = train_base_and_adaptive(
-            out, base_steps=args.base_steps, adaptive_steps=args.adaptive_steps, seed=args.seed
-        )
+        if args.descriptors:
+            print(f"training descriptor mode's adaptive stage into {out}", file=sys.stderr)
+            model_dir = train_descriptor_mode(out, steps=args.adaptive_steps or 40, seed=args.seed)
+        else:
+            print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
+            model_dir = train_base_and_adaptive(
+                out,
+                base_steps=args.base_steps,
+                adaptive_steps=args.adaptive_steps or 80,
+                seed=args.seed,
+            )
     with tempfile.TemporaryDirectory(prefix="bench-adaptive-config-") as tmp:
         config = learning_config(tmp, stage="adaptive", seed=args.seed, extra=extra)
         problems, pool = held_out_problems(config)

@@ -421,6 +421,48 @@ class TrackingSpec(_Strict):
     )
 
 
+class ExpertStartSpec(_Strict):
+    """Optional expert-iteration start before GRPO: fine-tune on the best-answering worker
+    (train/expert_start.py)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Before GRPO (after the format warm-up, if any), run every pool worker on "
+        "every training question `executions` times, then fine-tune on one-step plans naming "
+        "the offered worker that answered significantly more often than the others (random "
+        "offered subsets, shown as the stage shows its prompts). It gives a model that reward "
+        "alone teaches too slowly (the tiny model in descriptor mode) the signal of every "
+        "alternative at once. Base and adaptive stages; a rerun reuses "
+        "`<output_dir>/expert-model`.",
+    )
+    executions: int = Field(
+        default=32,
+        ge=2,
+        description="Runs of each (question, worker) pair; their share of right answers "
+        "estimates the worker's chance there. Costs questions x pool size x this many plan "
+        "runs, once.",
+    )
+    z: float = Field(
+        default=1.645,
+        ge=0,
+        description="A target needs the best offered worker's share of right answers to beat "
+        "the runner-up's by a one-sided two-proportion z-test at this z (1.645: 5%), so equally "
+        "good workers give no target rather than the one their lucky draws pick.",
+    )
+    steps: int = Field(
+        default=2000,
+        ge=1,
+        description="Optimiser steps (fewer if `max_seconds` runs out first).",
+    )
+    batch_size: int = Field(default=16, ge=1, description="Examples per step.")
+    learning_rate: float = Field(default=1e-3, gt=0, description="AdamW learning rate (constant).")
+    max_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Wall-clock limit of the fine-tuning, in seconds; `null`: run all `steps`.",
+    )
+
+
 class AdaptiveSpec(_Strict):
     """Adaptive pool: each question offers a random subset of k workers, in pool order and under
     their pool ids ("Model 1", "Model 3"), so an id names the same worker in every question."""
@@ -734,6 +776,10 @@ class StageConfig(_Strict):
     warmup: WarmupSpec = Field(
         default_factory=WarmupSpec, description="Optional supervised format warm-up before GRPO."
     )
+    expert_start: ExpertStartSpec = Field(
+        default_factory=ExpertStartSpec,
+        description="Optional fine-tuning on the best-executed workers before GRPO.",
+    )
     checkpoint: CheckpointSpec = Field(
         default_factory=CheckpointSpec, description="Where and how often checkpoints are saved."
     )
@@ -796,6 +842,11 @@ class StageConfig(_Strict):
         if self.recursive.round2_grammar and self.generation.backend != "transformers":
             raise ValueError(
                 "recursive.round2_grammar works with generation.backend: transformers only"
+            )
+        if self.expert_start.enabled and self.stage == "recursive":
+            raise ValueError(
+                "expert_start works in the base and adaptive stages (its targets are round-1 "
+                "plans); the recursive stage has its own warm-up"
             )
         if self.ref_sync_steps and not self.beta:
             raise ValueError(

@@ -223,6 +223,27 @@ def train_base_and_adaptive(
     return run_stage(adaptive, log=say).model_dir
 
 
+DESCRIPTOR_MODE: dict[str, Any] = {
+    "data": {"descriptors": True},
+    "adaptive": {"renumber": True},
+    "warmup": {"enabled": True},
+    "expert_start": {"enabled": True, "steps": 3000},
+}
+"""Descriptor mode's recipe on the tiny model: the adaptive stage from a random model, its format
+warm-up and expert start shown as the stage shows its prompts (random ids, descriptions)."""
+
+
+def train_descriptor_mode(out: str | Path, *, steps: int = 40, seed: int = 0) -> Path:
+    """Train :data:`DESCRIPTOR_MODE`'s adaptive stage (format warm-up, expert start, then
+    ``steps`` GRPO steps) into ``out/adaptive`` (progress on stderr); returns the model folder."""
+    from conductor_core.train.grpo import run_stage
+
+    config = learning_config(
+        Path(out) / "adaptive", steps=steps, seed=seed, stage="adaptive", extra=DESCRIPTOR_MODE
+    )
+    return run_stage(config, log=lambda msg: print(msg, file=sys.stderr, flush=True)).model_dir
+
+
 def held_out_problems(config: StageConfig) -> tuple[list[Problem], PoolConfig]:
     """The held-out (``test`` split) problems of ``config``'s data and its pool."""
     from conductor_core.train.grpo import load_inputs

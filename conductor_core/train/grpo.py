@@ -32,6 +32,7 @@ from conductor_core.workflow.prompts import save_prompt_spec
 
 SUMMARY_FILE = "summary.json"
 WARM_DIR = "warmup-model"
+EXPERT_DIR = "expert-model"
 INIT_DIR = "init-model"
 MODEL_DIR = "model"
 
@@ -187,13 +188,65 @@ def load_model(path: str, config: StageConfig, device: str):
 def prepare_model(
     config: StageConfig,
     problems,
+    pool: Any,
+    device: str,
+    log: Callable,
+    descriptions: Sequence[str] = (),
+):
+    """Load the starting model; run (or reuse) the format warm-up, then the expert start, when
+    enabled (``descriptions``, by pool id: what descriptor mode shows)."""
+    expert = config.output_path() / EXPERT_DIR
+    if config.expert_start.enabled and (expert / "config.json").is_file():
+        log(f"expert start: reusing {expert}")
+        return load_model(str(expert), config, device)
+    model, tokenizer = _warmed_up(config, problems, len(pool.workers), device, log, descriptions)
+    if config.expert_start.enabled:
+        from conductor_core.train.expert_start import run_expert_start
+
+        spec = config.expert_start
+        log(f"expert start: {spec.steps} steps on the best-answering workers")
+        every = max(1, spec.steps // 10)
+        stats = run_expert_start(
+            model,
+            tokenizer,
+            problems,
+            pool,
+            config,
+            descriptions=descriptions,
+            log=log,
+            on_step=lambda i, loss: (
+                log(f"expert start step {i}: loss {loss:.3f}") if i % every == 0 else None
+            ),
+        )
+        log(f"expert start: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
+        _save_start(config, model, tokenizer, expert)
+    return model, tokenizer
+
+
+def _save_start(config: StageConfig, model: Any, tokenizer: Any, where: Path) -> None:
+    """Save a model GRPO starts from (after the warm-up or the expert start) with its prompt spec,
+    and make it the KL reference: TRL builds the reference (beta > 0) from the path in the model's
+    config, as when a resumed run reuses the folder, not the weights before it."""
+    model.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    save_prompt_spec(
+        where,
+        config.data.prompt_style,
+        config.generation.max_completion_length,
+        config.data.descriptors,
+    )
+    model.config._name_or_path = str(where)
+
+
+def _warmed_up(
+    config: StageConfig,
+    problems,
     pool_size: int,
     device: str,
     log: Callable,
     descriptions: Sequence[str] = (),
 ):
-    """Load the starting model; run (or reuse) the format warm-up when enabled (``descriptions``,
-    by pool id: what descriptor mode shows)."""
+    """Load the starting model; run (or reuse) the format warm-up when enabled."""
     path = initial_model_dir(config, problems, pool_size)
     warm = config.output_path() / WARM_DIR
     if config.warmup.enabled and (warm / "config.json").is_file():
@@ -222,17 +275,7 @@ def prepare_model(
             ),
         )
         log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
-        model.save_pretrained(warm)
-        tokenizer.save_pretrained(warm)
-        save_prompt_spec(
-            warm,
-            config.data.prompt_style,
-            config.generation.max_completion_length,
-            config.data.descriptors,
-        )
-        # TRL builds the KL reference (beta > 0) from the path in the config: the warmed-up model,
-        # as when a resumed run reuses it, not the random initial one.
-        model.config._name_or_path = str(warm)
+        _save_start(config, model, tokenizer, warm)
     return model, tokenizer
 
 
@@ -560,9 +603,7 @@ def run_stage(
                 }
             )
             descriptions = pool.descriptions()  # shown in descriptor mode
-            model, tokenizer = prepare_model(
-                config, train, len(pool.workers), device, say, descriptions
-            )
+            model, tokenizer = prepare_model(config, train, pool, device, say, descriptions)
             if not launch.is_local_main:
                 point = checkpoints.find_resume_point(config)  # what the local main downloaded
             local_ckpt = point.local_dir

@@ -279,10 +279,7 @@ def run_warmup(
 
     Stops after ``warmup.steps`` steps or ``warmup.max_seconds``, whichever comes first.
     """
-    import torch
-
     spec = config.warmup
-    torch.manual_seed(config.seed)
     count = spec.steps * spec.batch_size
     if config.stage == "recursive":
         examples = recursion_warmup_texts(
@@ -300,21 +297,57 @@ def run_warmup(
             problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
         )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
+    return train_supervised(
+        model,
+        tokenizer,
+        encoded,
+        steps=spec.steps,
+        batch_size=spec.batch_size,
+        learning_rate=spec.learning_rate,
+        max_seconds=spec.max_seconds,
+        seed=config.seed,
+        on_step=on_step,
+    )
+
+
+def train_supervised(
+    model: Any,
+    tokenizer: Any,
+    encoded: Sequence[tuple[list[int], list[int]]],
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
+) -> dict[str, float]:
+    """Train ``model`` in place with AdamW (constant ``learning_rate``) on consecutive batches of
+    ``encoded`` examples (:func:`encode_example`); returns ``{"steps", "loss", "seconds"}``.
+
+    Stops after ``steps`` steps or ``max_seconds``, whichever comes first; leaves the model in
+    eval mode.
+    """
+    import torch
+
+    torch.manual_seed(seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=spec.learning_rate
+        [p for p in model.parameters() if p.requires_grad], lr=learning_rate
     )
     model.train()
     start = time.perf_counter()
     loss_value = float("nan")
     done = 0
-    for step in range(spec.steps):
-        batch = encoded[step * spec.batch_size : (step + 1) * spec.batch_size]
+    for step in range(steps):
+        batch = encoded[step * batch_size : (step + 1) * batch_size]
+        if not batch:
+            break
         loss_value = supervised_step(model, optimizer, batch, pad)
         done = step + 1
         if on_step is not None:
             on_step(done, loss_value)
-        if spec.max_seconds is not None and time.perf_counter() - start > spec.max_seconds:
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
             break
     model.eval()
     return {"steps": float(done), "loss": loss_value, "seconds": time.perf_counter() - start}

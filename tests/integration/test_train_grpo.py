@@ -62,6 +62,37 @@ def test_adaptive_stage_starts_from_base(base_run, tmp_path):
     assert result.steps == 1 and (result.model_dir / "config.json").is_file()
 
 
+def test_adaptive_stage_runs_the_expert_start_once(base_run, tmp_path):
+    """In descriptor mode the expert start fine-tunes the base model on the best-executed workers,
+    saves it (with its prompt spec) as the model GRPO starts from, and a rerun reuses it."""
+    from conductor_core.train.grpo import run_stage
+    from conductor_core.workflow.prompts import load_prompt_spec
+
+    _, base = base_run
+    config = small(
+        tmp_path / "adaptive",
+        stage="adaptive",
+        steps=1,
+        init_from=str(base.model_dir),
+        data={"descriptors": True, "max_problems": 12},
+        adaptive={"renumber": True},
+        expert_start={"enabled": True, "executions": 4, "steps": 3, "batch_size": 4},
+    )
+    lines: list[str] = []
+    result = run_stage(config, progress=False, log=lines.append)
+    expert = config.output_path() / "expert-model"
+    assert result.steps == 1 and (expert / "config.json").is_file()
+    assert load_prompt_spec(expert).descriptors
+    ran = next(x for x in lines if x.startswith("expert start: ran"))
+    assert "12 questions x 4 workers x 4 executions" in ran
+    assert any(x.startswith("expert start: done") for x in lines)
+
+    again: list[str] = []
+    run_stage(config.model_copy(update={"steps": 2}), progress=False, log=again.append)
+    assert f"expert start: reusing {expert}" in again
+    assert not any(x.startswith("expert start: ran") for x in again)
+
+
 def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, monkeypatch):
     """Forced second rounds, each continuing its own round-1 plan; with
     ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores

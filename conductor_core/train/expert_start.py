@@ -1,0 +1,206 @@
+"""Expert-iteration start (``expert_start``): fine-tune on the best-answering worker, then GRPO.
+
+First every pool worker runs every training question ``expert_start.executions`` times, through
+the stage's reward path (:class:`~conductor_core.train.reward.ConductorReward`: the one-step plan
+giving it the question, :func:`~conductor_core.solve.solve`, then grading); the share of right
+answers estimates the worker's chance ``p_w`` to answer that question. Each training example is
+then a random training question and offered subset (the adaptive stage's ``k_min``..``k_max``;
+the whole pool in the base stage), shown exactly as the stage's dataset shows it
+(:func:`~conductor_core.train.data.shown_workers`: pool ids, or random ids with descriptions in
+descriptor mode), whose target is the one-step plan naming the offered worker with the highest
+estimate, kept only when that estimate beats the runner-up's by a one-sided two-proportion z-test
+at ``expert_start.z`` (:func:`significant_best`).
+
+The objective is the log-likelihood of those targets (cross-entropy on the plan tokens): imitate
+the offered worker that answers a question significantly more often than the others. This is one
+step of policy improvement on executed outcomes (expert iteration with every offered worker as a
+candidate), a different objective from GRPO's, run once before GRPO, which then optimises the
+expected reward from there. The test matters: without it a question whose offered workers are
+equally good gets the target its lucky draws pick, the same one every time it is drawn, which a
+small model memorises instead of learning what the question's type asks for. It exists because
+reward alone gives a small model too little signal to find routing by description (each GRPO
+group compares a handful of sampled plans). It teaches routing, not plan structure (the targets
+are one-step plans), and costs ``questions x pool size x executions`` worker calls, made once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from random import Random
+from typing import Any
+
+from conductor_core.errors import ConfigError
+from conductor_core.tasks.problem import Problem
+from conductor_core.train.config import StageConfig
+from conductor_core.train.data import offered_subset, shown_workers, stage_options, stage_prompt
+from conductor_core.train.reward import ConductorReward
+from conductor_core.workers.config import PoolConfig
+from conductor_core.workflow.model import AccessMode, Step, Workflow
+
+EXPERT_SUBTASK = "Answer the question."
+"""The subtask of the executed one-step plans, and of the targets."""
+
+Estimates = dict[str, list[float | None]]
+"""Per problem id, each pool worker's share of right answers (None: every execution spoiled)."""
+
+
+def one_step_plan(worker: int, access_mode: AccessMode | str) -> str:
+    """The rendered plan that gives the whole question to ``worker``."""
+    step = Step(worker=worker, subtask=EXPERT_SUBTASK, access=())
+    return Workflow(steps=(step,), access_mode=AccessMode(access_mode)).render()
+
+
+async def answer_rates(
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    config: StageConfig,
+    *,
+    pool_factory: Callable[[], Any] | None = None,
+) -> Estimates:
+    """Run each pool worker's one-step plan on each problem ``expert_start.executions`` times
+    (the stage's solve options and budget); each worker's share of right answers per problem,
+    over the executions an infrastructure failure did not spoil."""
+    size, runs = len(pool.workers), config.expert_start.executions
+    reward = ConductorReward(
+        {p.id: p for p in problems},
+        pool,
+        options=stage_options(config),
+        max_concurrent=config.reward.max_concurrent_plans,
+        pool_factory=pool_factory,
+    )
+    plans = [one_step_plan(w, config.data.access_mode) for w in range(size)]
+    texts = [plans[w] for _ in problems for w in range(size) for _ in range(runs)]
+    ids = [p.id for p in problems for _ in range(size * runs)]
+    try:
+        outcomes = await reward.score(texts, ids, [None] * len(texts))
+    finally:
+        await reward.aclose()
+    out: Estimates = {}
+    for i, p in enumerate(problems):
+        rates: list[float | None] = []
+        for w in range(size):
+            at = (i * size + w) * runs
+            graded = [o.correct for o in outcomes[at : at + runs] if o.reward is not None]
+            rates.append(sum(graded) / len(graded) if graded else None)
+        out[p.id] = rates
+    return out
+
+
+def significant_best(
+    rates: Sequence[float | None], offered: Sequence[int], executions: int, z: float
+) -> int | None:
+    """The offered pool id with the highest rate when it beats the runner-up's by a one-sided
+    two-proportion z-test (pooled variance, ``executions`` runs each) at ``z``; None otherwise,
+    or when a rate is unknown. A single offered worker is no choice: None."""
+    scored = [(rates[w], w) for w in offered]
+    if len(scored) < 2 or any(r is None for r, _ in scored):
+        return None
+    (best, worker), (second, _) = sorted(scored, reverse=True)[:2]  # type: ignore[type-var]
+    pooled = (best + second) / 2  # type: ignore[operator]
+    spread = (pooled * (1 - pooled) * 2 / executions) ** 0.5
+    if spread == 0 or (best - second) / spread < z:  # type: ignore[operator]
+        return None
+    return worker
+
+
+def expert_examples(
+    rng: Random,
+    problems: Sequence[Problem],
+    rates: Estimates,
+    pool_size: int,
+    config: StageConfig,
+    count: int,
+    *,
+    descriptions: Sequence[str] = (),
+) -> list[tuple[list[dict[str, str]], str]]:
+    """``count`` (prompt messages, target plan) pairs: a random problem and offered subset,
+    shown as the stage shows it, whose target names the :func:`significant_best` offered worker
+    under the id the prompt shows; draws without one are skipped.
+
+    Raises:
+        ConfigError: no problem has a significantly best worker among the whole pool's.
+    """
+    spec = config.expert_start
+    adaptive = config.stage == "adaptive"
+    everyone = list(range(pool_size))
+    useful = [
+        p
+        for p in problems
+        if any(
+            significant_best(rates[p.id], pair, spec.executions, spec.z) is not None
+            for pair in ([a, b] for a in everyone for b in everyone if a < b)
+        )
+    ]
+    if not useful:
+        raise ConfigError(
+            f"expert_start: no worker answers any question significantly more often than "
+            f"another in {spec.executions} executions; raise expert_start.executions or lower "
+            f"expert_start.z"
+        )
+    out: list[tuple[list[dict[str, str]], str]] = []
+    while len(out) < count:
+        p = rng.choice(useful)
+        if adaptive:
+            offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
+        else:
+            offered = everyone
+        best = significant_best(rates[p.id], offered, spec.executions, spec.z)
+        if best is None:
+            continue
+        shown, workers, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
+        messages = stage_prompt(
+            config, p.question, pool_size, offered=shown, descriptions=shown_desc
+        )
+        target = shown[workers.index(best)]
+        out.append((messages, one_step_plan(target, config.data.access_mode)))
+    return out
+
+
+def run_expert_start(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    config: StageConfig,
+    *,
+    descriptions: Sequence[str] = (),
+    log: Callable[[str], None] | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+    pool_factory: Callable[[], Any] | None = None,
+) -> dict[str, float]:
+    """Estimate the answer rates (:func:`answer_rates`), then train ``model`` in place on
+    :func:`expert_examples`; returns ``{"steps", "loss", "seconds"}``."""
+    from conductor_core.train.warmup import encode_example, train_supervised
+
+    spec = config.expert_start
+    start = time.perf_counter()
+    rates = asyncio.run(answer_rates(problems, pool, config, pool_factory=pool_factory))
+    if log is not None:
+        log(
+            f"expert start: ran {len(problems)} questions x {len(pool.workers)} workers x "
+            f"{spec.executions} executions in {time.perf_counter() - start:.0f}s"
+        )
+    examples = expert_examples(
+        Random(config.seed + 2),
+        problems,
+        rates,
+        len(pool.workers),
+        config,
+        spec.steps * spec.batch_size,
+        descriptions=descriptions,
+    )
+    encoded = [encode_example(tokenizer, m, p, prompt_loss=False) for m, p in examples]
+    stats = train_supervised(
+        model,
+        tokenizer,
+        encoded,
+        steps=spec.steps,
+        batch_size=spec.batch_size,
+        learning_rate=spec.learning_rate,
+        max_seconds=spec.max_seconds,
+        seed=config.seed,
+        on_step=on_step,
+    )
+    return {**stats, "seconds": time.perf_counter() - start}
