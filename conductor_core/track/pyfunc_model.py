@@ -1,11 +1,14 @@
 """The MLflow pyfunc wrapper of a registered Conductor: the Hugging Face folder is the model's
-artifact ``model`` (byte for byte), and ``predict`` generates completions for chat prompts.
+artifact ``model`` (byte for byte), and ``predict`` generates completions for chat prompts: each
+input is one user message, or a whole chat as a JSON list of ``{"role", "content"}`` messages (a
+recursion round: the question, the previous plan as the assistant's turn, the recursion turn).
 
 Imported only when a model is logged or loaded (it subclasses ``mlflow.pyfunc.PythonModel``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -29,8 +32,36 @@ def _prompts(model_input: Any) -> list[str]:
     return [str(x) for x in model_input]
 
 
+ROLES = frozenset({"system", "user", "assistant"})
+
+
+def conversation(prompt: str) -> list[dict[str, str]]:
+    """The chat messages of one input: a JSON list of ``{"role", "content"}`` messages (roles
+    system, user, assistant) as they are, anything else as one user message."""
+    text = prompt.strip()
+    if text.startswith("["):
+        try:
+            messages = json.loads(text)
+        except ValueError:
+            messages = None
+        if (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict)
+                and set(m) == {"role", "content"}
+                and m["role"] in ROLES
+                and isinstance(m["content"], str)
+                for m in messages
+            )
+        ):
+            return messages
+    return [{"role": "user", "content": prompt}]
+
+
 class ConductorTextModel(mlflow.pyfunc.PythonModel):
-    """Chat completion with a causal LM folder: each input is one user message.
+    """Chat completion with a causal LM folder: each input is one user message, or a chat as a
+    JSON list of messages (:func:`conversation`).
 
     Params (``predict(..., params=...)``): ``max_new_tokens`` (default 1024) and ``temperature``
     (default 0: greedy).
@@ -52,15 +83,14 @@ class ConductorTextModel(mlflow.pyfunc.PythonModel):
     def predict(
         self, context: Any, model_input: list[str], params: dict[str, Any] | None = None
     ) -> list[str]:
-        """One completion per prompt (a list of user messages; a string is one prompt)."""
+        """One completion per prompt (a list of inputs, each a user message or a JSON chat; a
+        string is one input)."""
         import torch
 
         params = {**DEFAULT_PARAMS, **(params or {})}
         tok = self.tokenizer
         texts = [
-            tok.apply_chat_template(
-                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-            )
+            tok.apply_chat_template(conversation(p), tokenize=False, add_generation_prompt=True)
             if getattr(tok, "chat_template", None)
             else p
             for p in _prompts(model_input)
