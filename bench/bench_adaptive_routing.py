@@ -29,13 +29,14 @@ position or id would score high on the first and the second alike).
     .venv/bin/python bench/bench_adaptive_routing.py --train OUT [--base-steps 130]
         [--adaptive-steps 80]     # no model: train the tiny profile's base + adaptive stages
     .venv/bin/python bench/bench_adaptive_routing.py --train OUT --descriptors
-        [--adaptive-steps 40] [--new-worker DOMAIN]   # descriptor mode's recipe, then measure
+        [--adaptive-steps 160] [--new-worker DOMAIN]   # descriptor mode's recipe, then measure
 
 Training (the learning test's recipe: warm-up 300 steps, base GRPO, then the adaptive stage) takes
 about 10 CPU-minutes; with ``--descriptors`` it trains descriptor mode's recipe instead
 (:data:`~conductor_core.train.experiment.DESCRIPTOR_MODE`: the adaptive stage from a random
-model, with a format warm-up and the expert start in descriptor mode, then GRPO), about 6
-CPU-minutes. The measurement itself takes about a minute for 10 subsets x 60 questions.
+model, with a format warm-up and the expert start in descriptor mode, then the tiny profile's
+160 GRPO steps), about 9 CPU-minutes. The measurement itself takes about a minute for 10
+subsets x 60 questions.
 Prints a table (one row per subset) and the share averaged over subsets.
 """
 
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--adaptive-steps",
         type=int,
-        help="GRPO steps of the adaptive stage (80; 40 in descriptor mode)",
+        help="GRPO steps of the adaptive stage (80; descriptor mode: the profile's 160)",
     )
     parser.add_argument("--pool", help="simulated pool YAML (default: the tiny profile's)")
     parser.add_argument("--held-out", type=int, default=60, help="held-out questions (0: all)")
@@ -286,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit("--pool with --train: train on it with conductor train instead")
         if args.descriptors:
             print(f"training descriptor mode's adaptive stage into {out}", file=sys.stderr)
-            model_dir = train_descriptor_mode(out, steps=args.adaptive_steps or 40, seed=args.seed)
+            model_dir = train_descriptor_mode(out, steps=args.adaptive_steps, seed=args.seed)
         else:
             print(f"training the tiny base and adaptive stages into {out}", file=sys.stderr)
             model_dir = train_base_and_adaptive(

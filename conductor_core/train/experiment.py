@@ -233,9 +233,10 @@ DESCRIPTOR_MODE: dict[str, Any] = {
 warm-up and expert start shown as the stage shows its prompts (random ids, descriptions)."""
 
 
-def train_descriptor_mode(out: str | Path, *, steps: int = 40, seed: int = 0) -> Path:
+def train_descriptor_mode(out: str | Path, *, steps: int | None = None, seed: int = 0) -> Path:
     """Train :data:`DESCRIPTOR_MODE`'s adaptive stage (format warm-up, expert start, then
-    ``steps`` GRPO steps) into ``out/adaptive`` (progress on stderr); returns the model folder."""
+    ``steps`` GRPO steps; None: the tiny profile's 160) into ``out/adaptive`` (progress on
+    stderr); returns the model folder."""
     from conductor_core.train.grpo import run_stage
 
     config = learning_config(
