@@ -192,15 +192,5 @@ def run_expert_start(
         descriptions=descriptions,
     )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=False) for m, p in examples]
-    stats = train_supervised(
-        model,
-        tokenizer,
-        encoded,
-        steps=spec.steps,
-        batch_size=spec.batch_size,
-        learning_rate=spec.learning_rate,
-        max_seconds=spec.max_seconds,
-        seed=config.seed,
-        on_step=on_step,
-    )
+    stats = train_supervised(model, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
     return {**stats, "seconds": time.perf_counter() - start}

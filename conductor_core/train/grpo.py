@@ -203,9 +203,8 @@ def prepare_model(
     if config.expert_start.enabled:
         from conductor_core.train.expert_start import run_expert_start
 
-        spec = config.expert_start
-        log(f"expert start: {spec.steps} steps on the best-answering workers")
-        every = max(1, spec.steps // 10)
+        steps = config.expert_start.steps
+        log(f"expert start: {steps} steps on the best-answering workers")
         stats = run_expert_start(
             model,
             tokenizer,
@@ -214,13 +213,22 @@ def prepare_model(
             config,
             descriptions=descriptions,
             log=log,
-            on_step=lambda i, loss: (
-                log(f"expert start step {i}: loss {loss:.3f}") if i % every == 0 else None
-            ),
+            on_step=_loss_lines(log, "expert start", steps),
         )
         log(f"expert start: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
         _save_start(config, model, tokenizer, expert)
     return model, tokenizer
+
+
+def _loss_lines(log: Callable, what: str, steps: int) -> Callable[[int, float], None]:
+    """An ``on_step`` callback of supervised training that logs the loss ten times in all."""
+    every = max(1, steps // 10)
+
+    def on_step(step: int, loss: float) -> None:
+        if step % every == 0:
+            log(f"{what} step {step}: loss {loss:.3f}")
+
+    return on_step
 
 
 def _save_start(config: StageConfig, model: Any, tokenizer: Any, where: Path) -> None:
@@ -262,7 +270,6 @@ def _warmed_up(
             else "of supervised format training"
         )
         log(f"warm-up: {config.warmup.steps} steps {what}")
-        every = max(1, config.warmup.steps // 10)
         stats = run_warmup(
             model,
             tokenizer,
@@ -270,9 +277,7 @@ def _warmed_up(
             pool_size,
             config,
             descriptions=descriptions,
-            on_step=lambda i, loss: (
-                log(f"warm-up step {i}: loss {loss:.3f}") if i % every == 0 else None
-            ),
+            on_step=_loss_lines(log, "warm-up", config.warmup.steps),
         )
         log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
         _save_start(config, model, tokenizer, warm)

@@ -26,7 +26,7 @@ from typing import Any
 from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
 from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
-from conductor_core.train.config import StageConfig
+from conductor_core.train.config import ExpertStartSpec, StageConfig, WarmupSpec
 from conductor_core.train.data import (
     offered_subset,
     shown_workers,
@@ -297,43 +297,32 @@ def run_warmup(
             problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
         )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
-    return train_supervised(
-        model,
-        tokenizer,
-        encoded,
-        steps=spec.steps,
-        batch_size=spec.batch_size,
-        learning_rate=spec.learning_rate,
-        max_seconds=spec.max_seconds,
-        seed=config.seed,
-        on_step=on_step,
-    )
+    return train_supervised(model, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
 
 
 def train_supervised(
     model: Any,
     tokenizer: Any,
     encoded: Sequence[tuple[list[int], list[int]]],
+    spec: WarmupSpec | ExpertStartSpec,
     *,
-    steps: int,
-    batch_size: int,
-    learning_rate: float,
-    max_seconds: float | None = None,
     seed: int = 0,
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
-    """Train ``model`` in place with AdamW (constant ``learning_rate``) on consecutive batches of
-    ``encoded`` examples (:func:`encode_example`); returns ``{"steps", "loss", "seconds"}``.
+    """Train ``model`` in place with AdamW (constant ``spec.learning_rate``) on consecutive
+    batches of ``spec.batch_size`` ``encoded`` examples (:func:`encode_example`); returns
+    ``{"steps", "loss", "seconds"}``.
 
-    Stops after ``steps`` steps or ``max_seconds``, whichever comes first; leaves the model in
-    eval mode.
+    Stops after ``spec.steps`` steps or ``spec.max_seconds``, whichever comes first; leaves the
+    model in eval mode.
     """
     import torch
 
+    steps, batch_size, max_seconds = spec.steps, spec.batch_size, spec.max_seconds
     torch.manual_seed(seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=learning_rate
+        [p for p in model.parameters() if p.requires_grad], lr=spec.learning_rate
     )
     model.train()
     start = time.perf_counter()
