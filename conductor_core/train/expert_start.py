@@ -26,8 +26,10 @@ are one-step plans), and costs ``questions x pool size x executions`` worker cal
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from random import Random
 from typing import Any
 
@@ -52,17 +54,50 @@ def one_step_plan(worker: int, access_mode: AccessMode | str) -> str:
     return Workflow(steps=(step,), access_mode=AccessMode(access_mode)).render()
 
 
+RATES_FILE = "expert-rates.json"
+"""The answer rates measured so far, in the stage's output folder: a rerun runs only the rest."""
+
+CHUNK = 32
+"""Questions whose executions run at once (then the rates are saved)."""
+
+
+def load_rates(path: Path | None, pool: PoolConfig, executions: int) -> Estimates:
+    """The rates saved at ``path`` when they were measured on the same workers with the same
+    number of executions; empty otherwise."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+    same = data.get("workers") == [w.name for w in pool.workers]
+    if not same or data.get("executions") != executions:
+        return {}
+    return {str(k): list(v) for k, v in dict(data.get("rates", {})).items()}
+
+
 async def answer_rates(
     problems: Sequence[Problem],
     pool: PoolConfig,
     config: StageConfig,
     *,
+    saved: Path | None = None,
+    log: Callable[[str], None] | None = None,
     pool_factory: Callable[[], Any] | None = None,
 ) -> Estimates:
     """Run each pool worker's one-step plan on each problem ``expert_start.executions`` times
     (the stage's solve options and budget); each worker's share of right answers per problem,
-    over the executions an infrastructure failure did not spoil."""
+    over the executions an infrastructure failure did not spoil.
+
+    With ``saved`` (a JSON file), the rates of :data:`CHUNK` questions at a time are written
+    there as they are measured, and rates already there (same workers, same executions) are not
+    measured again, so an interrupted run resumes where it stopped.
+    """
     size, runs = len(pool.workers), config.expert_start.executions
+    out = load_rates(saved, pool, runs)
+    todo = [(i, p) for i, p in enumerate(problems) if p.id not in out]
+    if out and log is not None:
+        log(f"expert start: {len(problems) - len(todo)} questions' rates reused from {saved}")
     reward = ConductorReward(
         {p.id: p for p in problems},
         pool,
@@ -71,21 +106,36 @@ async def answer_rates(
         pool_factory=pool_factory,
     )
     plans = [one_step_plan(w, config.data.access_mode) for w in range(size)]
-    texts = [plans[w] for _ in problems for w in range(size) for _ in range(runs)]
-    ids = [p.id for p in problems for _ in range(size * runs)]
-    try:
-        outcomes = await reward.score(texts, ids, [None] * len(texts))
-    finally:
-        await reward.aclose()
-    out: Estimates = {}
-    for i, p in enumerate(problems):
+    texts = [plans[w] for w in range(size) for _ in range(runs)]
+
+    async def one(index: int, problem: Problem) -> list[float | None]:
+        # sample indexes fixed by the question's place, so a resumed run draws what it would have
+        outcomes = await reward.score(
+            texts, [problem.id] * len(texts), [None] * len(texts), base_index=index * len(texts)
+        )
         rates: list[float | None] = []
         for w in range(size):
-            at = (i * size + w) * runs
-            graded = [o.correct for o in outcomes[at : at + runs] if o.reward is not None]
-            rates.append(sum(graded) / len(graded) if graded else None)
-        out[p.id] = rates
-    return out
+            done = [o.correct for o in outcomes[w * runs : (w + 1) * runs] if o.reward is not None]
+            rates.append(sum(done) / len(done) if done else None)
+        return rates
+
+    try:
+        for at in range(0, len(todo), CHUNK):
+            part = todo[at : at + CHUNK]
+            measured = await asyncio.gather(*(one(i, p) for i, p in part))
+            for (_, p), rates in zip(part, measured, strict=True):
+                out[p.id] = rates
+            if saved is not None:
+                record = {"workers": [w.name for w in pool.workers], "executions": runs}
+                saved.write_text(json.dumps({**record, "rates": out}) + "\n", encoding="utf-8")
+            if log is not None:
+                log(
+                    f"expert start: rates of {len(problems) - len(todo) + at + len(part)}/"
+                    f"{len(problems)} questions"
+                )
+    finally:
+        await reward.aclose()
+    return {p.id: out[p.id] for p in problems}
 
 
 def significant_best(
@@ -175,13 +225,18 @@ def run_expert_start(
     from conductor_core.train.warmup import encode_example, train_supervised
 
     spec = config.expert_start
+    say = log or (lambda _: None)
     start = time.perf_counter()
-    rates = asyncio.run(answer_rates(problems, pool, config, pool_factory=pool_factory))
-    if log is not None:
-        log(
-            f"expert start: ran {len(problems)} questions x {len(pool.workers)} workers x "
-            f"{spec.executions} executions in {time.perf_counter() - start:.0f}s"
-        )
+    runs = len(problems) * len(pool.workers) * spec.executions
+    say(
+        f"expert start: running {len(problems)} questions x {len(pool.workers)} workers x "
+        f"{spec.executions} executions ({runs} plan runs)"
+    )
+    saved = config.output_path() / RATES_FILE
+    rates = asyncio.run(
+        answer_rates(problems, pool, config, saved=saved, log=log, pool_factory=pool_factory)
+    )
+    say(f"expert start: ran {runs} plan runs in {time.perf_counter() - start:.0f}s")
     examples = expert_examples(
         Random(config.seed + 2),
         problems,

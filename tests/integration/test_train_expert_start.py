@@ -40,3 +40,32 @@ def test_answer_rates_rank_each_domains_best_worker_first(tmp_path):
     assert len(sums) == 3
     for domain, totals in sums.items():
         assert max(range(len(totals)), key=totals.__getitem__) == best[domain], domain
+
+
+def test_saved_rates_resume_where_a_run_stopped(tmp_path):
+    config = build_config(
+        {
+            "stage": "adaptive",
+            "output_dir": str(tmp_path),
+            "expert_start": {"executions": 4},
+            "tracking": {"backend": "none"},
+        },
+        profile="tiny",
+    )
+    train, _, pool = load_inputs(config)
+    saved = tmp_path / "expert-rates.json"
+    first = asyncio.run(answer_rates(train[:5], pool, config, saved=saved))  # then "stopped"
+    lines: list[str] = []
+    resumed = asyncio.run(answer_rates(train[:9], pool, config, saved=saved, log=lines.append))
+    assert f"expert start: 5 questions' rates reused from {saved}" in lines
+    assert lines[-1] == "expert start: rates of 9/9 questions"
+    assert all(resumed[p.id] == first[p.id] for p in train[:5])
+    # the same draws as one uninterrupted run (sample indexes follow each question's place)
+    assert resumed == asyncio.run(answer_rates(train[:9], pool, config))
+    # rates measured with other executions or on other workers are not reused
+    again = config.model_copy(
+        update={"expert_start": config.expert_start.model_copy(update={"executions": 2})}
+    )
+    lines.clear()
+    asyncio.run(answer_rates(train[:2], pool, again, saved=saved, log=lines.append))
+    assert not any("reused" in x for x in lines)

@@ -82,15 +82,17 @@ def test_adaptive_stage_runs_the_expert_start_once(base_run, tmp_path):
     result = run_stage(config, progress=False, log=lines.append)
     expert = config.output_path() / "expert-model"
     assert result.steps == 1 and (expert / "config.json").is_file()
+    assert (config.output_path() / "expert-rates.json").is_file()  # what a rerun would reuse
     assert load_prompt_spec(expert).descriptors
-    ran = next(x for x in lines if x.startswith("expert start: ran"))
-    assert "12 questions x 4 workers x 4 executions" in ran
+    running = next(x for x in lines if x.startswith("expert start: running"))
+    assert "12 questions x 4 workers x 4 executions (192 plan runs)" in running
+    assert any(x.startswith("expert start: ran 192 plan runs") for x in lines)
     assert any(x.startswith("expert start: done") for x in lines)
 
     again: list[str] = []
     run_stage(config.model_copy(update={"steps": 2}), progress=False, log=again.append)
     assert f"expert start: reusing {expert}" in again
-    assert not any(x.startswith("expert start: ran") for x in again)
+    assert not any(x.startswith("expert start: running") for x in again)
 
 
 def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, monkeypatch):
