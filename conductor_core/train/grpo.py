@@ -1,10 +1,10 @@
 """The GRPO stages on TRL's GRPOTrainer: base, adaptive pool and recursive.
 
 :func:`run_stage` is the one entry point: it prepares the model (building the tiny model or
-loading a checkpoint, plus the optional format warm-up), the dataset, the reward and the trainer,
-resumes from the last checkpoint when one exists (same step, same data order: the sampler is
-seeded and the trainer skips the batches already seen), tracks the run, saves the final model to
-``<output_dir>/model`` and returns a summary.
+loading a checkpoint, plus the optional format warm-up and expert start), the dataset, the reward
+and the trainer, resumes from the last checkpoint when one exists (same step, same data order: the
+sampler is seeded and the trainer skips the batches already seen), tracks the run, saves the final
+model to ``<output_dir>/model`` and returns a summary.
 
 Under ``torchrun`` with several processes every rank runs :func:`run_stage` and trains on its
 share of each generation batch (DDP through TRL and accelerate); only the main process logs to
