@@ -38,11 +38,19 @@ from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import offered_subset, shown_workers, stage_options, stage_prompt
 from conductor_core.train.reward import ConductorReward
+from conductor_core.train.warmup import WARMUP_SUBTASKS, encode_example, train_supervised
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.model import AccessMode, Step, Workflow
 
-EXPERT_SUBTASK = "Answer the question."
-"""The subtask of the executed one-step plans, and of the targets."""
+EXPERT_SUBTASK = WARMUP_SUBTASKS[1]
+"""The subtask of the executed one-step plans and of the targets ("Answer the question.", one of
+the format warm-up's, so the targets are in the format the model learned)."""
+
+RATES_FILE = "expert-rates.json"
+"""The answer rates measured so far, in the stage's output folder: a rerun runs only the rest."""
+
+CHUNK = 32
+"""Questions whose executions run at once (then the rates are saved)."""
 
 Estimates = dict[str, list[float | None]]
 """Per problem id, each pool worker's share of right answers (None: every execution spoiled)."""
@@ -52,13 +60,6 @@ def one_step_plan(worker: int, access_mode: AccessMode | str) -> str:
     """The rendered plan that gives the whole question to ``worker``."""
     step = Step(worker=worker, subtask=EXPERT_SUBTASK, access=())
     return Workflow(steps=(step,), access_mode=AccessMode(access_mode)).render()
-
-
-RATES_FILE = "expert-rates.json"
-"""The answer rates measured so far, in the stage's output folder: a rerun runs only the rest."""
-
-CHUNK = 32
-"""Questions whose executions run at once (then the rates are saved)."""
 
 
 def load_rates(path: Path | None, pool: PoolConfig, executions: int) -> Estimates:
@@ -222,8 +223,6 @@ def run_expert_start(
 ) -> dict[str, float]:
     """Estimate the answer rates (:func:`answer_rates`), then train ``model`` in place on
     :func:`expert_examples`; returns ``{"steps", "loss", "seconds"}``."""
-    from conductor_core.train.warmup import encode_example, train_supervised
-
     spec = config.expert_start
     say = log or (lambda _: None)
     start = time.perf_counter()
