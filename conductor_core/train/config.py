@@ -440,7 +440,10 @@ class ExpertStartSpec(_Strict):
         ge=2,
         description="Runs of each (question, worker) pair; their share of right answers "
         "estimates the worker's chance there. Costs questions x pool size x this many plan "
-        "runs, once.",
+        "runs, once. The smallest gap between two workers that should decide a route must pass "
+        "the z-test: a gap d between rates near p gives z of about d / sqrt(2 p (1 - p) / "
+        "executions), so the tiny pool's smallest one (0.4 against 0.25) passes in about a "
+        "third of its questions at 32 and four in five at 128 (descriptor mode's recipe).",
     )
     z: float = Field(
         default=1.645,

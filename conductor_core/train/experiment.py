@@ -227,7 +227,7 @@ DESCRIPTOR_MODE: dict[str, Any] = {
     "data": {"descriptors": True},
     "adaptive": {"renumber": True},
     "warmup": {"enabled": True},
-    "expert_start": {"enabled": True, "steps": 3000},
+    "expert_start": {"enabled": True, "steps": 3000, "executions": 128},
 }
 """Descriptor mode's recipe on the tiny model: the adaptive stage from a random model, its format
 warm-up and expert start shown as the stage shows its prompts (random ids, descriptions)."""

@@ -90,3 +90,13 @@ def test_one_step_plan_parses_and_the_recursive_stage_refuses_the_start():
     assert len(plan.steps) == 1 and plan.steps[0].worker == 3
     with pytest.raises(ConfigError, match="expert_start"):
         build_config({"stage": "recursive", "expert_start": {"enabled": True}}, profile="tiny")
+
+
+def test_descriptor_modes_recipe_is_a_valid_adaptive_config(tmp_path):
+    from conductor_core.train.experiment import DESCRIPTOR_MODE, learning_config
+
+    config = learning_config(tmp_path, steps=None, stage="adaptive", extra=DESCRIPTOR_MODE)
+    assert config.data.descriptors and config.adaptive.renumber
+    assert config.warmup.enabled and config.expert_start.enabled
+    assert config.steps == 160  # the tiny profile's adaptive stage
+    assert config.expert_start.executions == 128
