@@ -35,7 +35,7 @@ Training (the learning test's recipe: warm-up 300 steps, base GRPO, then the ada
 about 10 CPU-minutes; with ``--descriptors`` it trains descriptor mode's recipe instead
 (:data:`~conductor_core.train.experiment.DESCRIPTOR_MODE`: the adaptive stage from a random
 model, with a format warm-up and the expert start in descriptor mode, then the tiny profile's
-160 GRPO steps), about 9 CPU-minutes. The measurement itself takes about a minute for 10
+160 GRPO steps), about 10 CPU-minutes. The measurement itself takes about a minute for 10
 subsets x 60 questions.
 Prints a table (one row per subset) and the share averaged over subsets.
 """
