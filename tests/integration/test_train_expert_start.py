@@ -17,7 +17,8 @@ from conductor_core.train.reward import best_workers
 pytestmark = pytest.mark.slow  # 160 questions x 4 workers x 4 simulated executions (5-15 s)
 
 
-def test_answer_rates_rank_each_domains_best_worker_first(tmp_path):
+def stage_inputs(tmp_path):
+    """An adaptive tiny-profile config with 4 executions, its training problems and its pool."""
     config = build_config(
         {
             "stage": "adaptive",
@@ -28,6 +29,11 @@ def test_answer_rates_rank_each_domains_best_worker_first(tmp_path):
         profile="tiny",
     )
     train, _, pool = load_inputs(config)
+    return config, train, pool
+
+
+def test_answer_rates_rank_each_domains_best_worker_first(tmp_path):
+    config, train, pool = stage_inputs(tmp_path)
     train = train[::3]  # every domain (the file lists them in turn)
     rates = asyncio.run(answer_rates(train, pool, config))
     assert set(rates) == {p.id for p in train}
@@ -43,16 +49,7 @@ def test_answer_rates_rank_each_domains_best_worker_first(tmp_path):
 
 
 def test_saved_rates_resume_where_a_run_stopped(tmp_path):
-    config = build_config(
-        {
-            "stage": "adaptive",
-            "output_dir": str(tmp_path),
-            "expert_start": {"executions": 4},
-            "tracking": {"backend": "none"},
-        },
-        profile="tiny",
-    )
-    train, _, pool = load_inputs(config)
+    config, train, pool = stage_inputs(tmp_path)
     saved = tmp_path / "expert-rates.json"
     first = asyncio.run(answer_rates(train[:5], pool, config, saved=saved))  # then "stopped"
     lines: list[str] = []
