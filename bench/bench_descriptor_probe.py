@@ -91,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from conductor_core.train.config import WarmupSpec
     from conductor_core.train.experiment import held_out_problems, learning_config
+    from conductor_core.train.expert_start import one_step_plan
     from conductor_core.train.grpo import load_inputs
-    from conductor_core.train.warmup import WARMUP_SUBTASKS, encode_example, supervised_step
-    from conductor_core.workflow.model import AccessMode, Step, Workflow
+    from conductor_core.train.warmup import encode_example, train_supervised
     from conductor_core.workflow.prompts import plan_messages, save_prompt_spec
 
     k_min, k_max = args.sizes
@@ -119,35 +120,31 @@ def main(argv: list[str] | None = None) -> int:
         encode_example(
             tokenizer,
             plan_messages(request),
-            Workflow(
-                # "Answer the question.": one of the warm-up's generic subtasks
-                steps=(Step(worker=best[0], subtask=WARMUP_SUBTASKS[1], access=()),),
-                access_mode=AccessMode(config.data.access_mode),
-            ).render(),
+            one_step_plan(best[0], config.data.access_mode),
             prompt_loss=False,
         )
         for request, best in examples
     ]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     model.eval()
     print(
         f"step 0: held-out best-offered share {best_share(model, tokenizer, config, held_out):.3f}"
     )
     start = time.perf_counter()
-    for step in range(args.steps):
+
+    def report(step: int, loss: float) -> None:
+        if step % args.eval_every and step != args.steps:
+            return
+        model.eval()
+        share = best_share(model, tokenizer, config, held_out)
         model.train()
-        loss = supervised_step(
-            model, optimizer, encoded[step * args.batch : (step + 1) * args.batch], pad
+        print(
+            f"step {step}: loss {loss:.4f}, held-out best-offered share {share:.3f} "
+            f"({time.perf_counter() - start:.0f} s)",
+            flush=True,
         )
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-            model.eval()
-            share = best_share(model, tokenizer, config, held_out)
-            print(
-                f"step {step + 1}: loss {loss:.4f}, held-out best-offered share "
-                f"{share:.3f} ({time.perf_counter() - start:.0f} s)",
-                flush=True,
-            )
+
+    spec = WarmupSpec(steps=args.steps, batch_size=args.batch, learning_rate=args.lr)
+    train_supervised(model, tokenizer, encoded, spec, seed=args.seed, on_step=report)
     if args.save:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)

@@ -26,6 +26,7 @@ are one-step plans), and costs ``questions x pool size x executions`` worker cal
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,9 @@ RATES_FILE = "expert-rates.json"
 
 CHUNK = 32
 """Questions whose executions run at once (then the rates are saved)."""
+
+MAX_DRAWS = 100
+"""Draws per example after which :func:`expert_examples` gives up (the tiny pool needs about 2)."""
 
 Estimates = dict[str, list[float | None]]
 """Per problem id, each pool worker's share of right answers (None: every execution spoiled)."""
@@ -171,7 +175,8 @@ def expert_examples(
     under the id the prompt shows; draws without one are skipped.
 
     Raises:
-        ConfigError: no problem has a significantly best worker among the whole pool's.
+        ConfigError: no problem has a significantly best worker in any pair, or the offered
+            subsets hold one so rarely that :data:`MAX_DRAWS` draws per example do not suffice.
     """
     spec = config.expert_start
     adaptive = config.stage == "adaptive"
@@ -181,7 +186,7 @@ def expert_examples(
         for p in problems
         if any(
             significant_best(rates[p.id], pair, spec.executions, spec.z) is not None
-            for pair in ([a, b] for a in everyone for b in everyone if a < b)
+            for pair in itertools.combinations(everyone, 2)
         )
     ]
     if not useful:
@@ -191,7 +196,15 @@ def expert_examples(
             f"expert_start.z"
         )
     out: list[tuple[list[dict[str, str]], str]] = []
+    draws = 0
     while len(out) < count:
+        draws += 1
+        if draws > MAX_DRAWS * count:
+            raise ConfigError(
+                f"expert_start: {len(out)} examples in {draws - 1} draws: the offered subsets "
+                f"rarely hold a significantly best worker; offer more workers "
+                f"(adaptive.k_min, k_max), raise expert_start.executions or lower expert_start.z"
+            )
         p = rng.choice(useful)
         if adaptive:
             offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)

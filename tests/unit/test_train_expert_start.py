@@ -100,3 +100,11 @@ def test_descriptor_modes_recipe_is_a_valid_adaptive_config(tmp_path):
     assert config.warmup.enabled and config.expert_start.enabled
     assert config.steps == 160  # the tiny profile's adaptive stage
     assert config.expert_start.executions == 128
+
+
+def test_subsets_that_never_hold_a_best_worker_stop_with_a_clear_error():
+    # worker 0 beats worker 1 only; offering all four, 2 and 3 tie at the top: no target ever
+    config = build_config({"expert_start": EXECUTIONS}, profile="tiny")  # base: the whole pool
+    rates = {p.id: [0.9, 0.1, 0.95, 0.95] for p in PROBLEMS}
+    with pytest.raises(ConfigError, match="draws"):
+        expert_examples(Random(0), PROBLEMS, rates, 4, config, 5)
