@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = round(time.perf_counter() - started)
         if seed == 0:
             print(row("adaptive model", result["before"]), flush=True)
+        if "expert start" in result:  # what GRPO starts from
+            print(row(f"seed {seed}, expert start", result["expert start"]), flush=True)
         print(row(f"seed {seed}", result["after"], str(seconds)), flush=True)
         rows.append({"seed": seed, **result["after"], "seconds": seconds})
     kept = [r["answer_kept_when_right"] for r in rows]

@@ -432,25 +432,31 @@ class ExpertStartSpec(_Strict):
         "the offered worker that answered significantly more often than the others (random "
         "offered subsets, shown as the stage shows its prompts). It gives a model that reward "
         "alone teaches too slowly (the tiny model in descriptor mode) the signal of every "
-        "alternative at once. Base and adaptive stages; a rerun reuses "
-        "`<output_dir>/expert-model`.",
+        "alternative at once. In the recursive stage it decides between keeping and a new plan "
+        "instead: the model's own round-1 plan runs `executions` times per question, a new plan "
+        "runs in round 2 after each answer, and the better decision is imitated, weighted by how "
+        "much better (train/recursion_start.py). A rerun reuses `<output_dir>/expert-model`.",
     )
     executions: int = Field(
         default=32,
         ge=2,
-        description="Runs of each (question, worker) pair; their share of right answers "
+        description="Base and adaptive stages: runs of each (question, worker) pair; their "
+        "share of right answers "
         "estimates the worker's chance there. Costs questions x pool size x this many plan "
         "runs, once. The smallest gap between two workers that should decide a route must pass "
         "the z-test: a gap d between rates near p gives z of about d / sqrt(2 p (1 - p) / "
         "executions), so the tiny pool's smallest one (0.4 against 0.25) passes in about a "
-        "third of its questions at 32 and four in five at 128 (descriptor mode's recipe).",
+        "third of its questions at 32 and four in five at 128 (descriptor mode's recipe). "
+        "Recursive stage: runs of each question's round-1 plan, each a round-2 context (costs "
+        "questions x this many x (1 + reward.executions_per_plan) plan runs).",
     )
     z: float = Field(
         default=1.645,
         ge=0,
         description="A target needs the best offered worker's share of right answers to beat "
         "the runner-up's by a one-sided two-proportion z-test at this z (1.645: 5%), so equally "
-        "good workers give no target rather than the one their lucky draws pick.",
+        "good workers give no target rather than the one their lucky draws pick. Not used in "
+        "the recursive stage (its examples are weighted by the decision's advantage).",
     )
     steps: int = Field(
         default=2000,
@@ -845,11 +851,6 @@ class StageConfig(_Strict):
         if self.recursive.round2_grammar and self.generation.backend != "transformers":
             raise ValueError(
                 "recursive.round2_grammar works with generation.backend: transformers only"
-            )
-        if self.expert_start.enabled and self.stage == "recursive":
-            raise ValueError(
-                "expert_start works in the base and adaptive stages (its targets are round-1 "
-                "plans); the recursive stage has its own warm-up"
             )
         if self.ref_sync_steps and not self.beta:
             raise ValueError(

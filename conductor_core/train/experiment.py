@@ -324,8 +324,10 @@ def stage_experiment(
     ``after_greedy`` holds the greedy-decoding metrics after training).
     Recursive: round-2 keep/revise rates by round-1 correctness (:func:`evaluate_recursion`;
     ``plan_grammar``: decoded under the plan grammar, as deployment decodes).
+    ``"warm-up"`` and ``"expert start"`` hold the same metrics for the models GRPO started from,
+    when the stage made them.
     """
-    from conductor_core.train.grpo import WARM_DIR, load_model, run_stage
+    from conductor_core.train.grpo import EXPERT_DIR, WARM_DIR, load_model, run_stage
 
     extra = with_random_pool(extra, pool_seed, Path(out) / "pool.yaml")
     config = learning_config(
@@ -367,6 +369,9 @@ def stage_experiment(
     warm = Path(out) / WARM_DIR
     if config.warmup.enabled and warm.is_dir():
         out_dict["warm-up"] = measure(warm)
+    expert = Path(out) / EXPERT_DIR
+    if config.expert_start.enabled and expert.is_dir():
+        out_dict["expert start"] = measure(expert)
     if stage == "adaptive":
         out_dict["after_greedy"] = measure(result.model_dir, temperature=0.0)
     return out_dict

@@ -21,6 +21,9 @@ small model memorises instead of learning what the question's type asks for. It 
 reward alone gives a small model too little signal to find routing by description (each GRPO
 group compares a handful of sampled plans). It teaches routing, not plan structure (the targets
 are one-step plans), and costs ``questions x pool size x executions`` worker calls, made once.
+
+In the recursive stage the expert start decides between keeping and a new plan instead
+(:mod:`conductor_core.train.recursion_start`).
 """
 
 from __future__ import annotations
@@ -235,10 +238,27 @@ def run_expert_start(
     pool_factory: Callable[[], Any] | None = None,
 ) -> dict[str, float]:
     """Estimate the answer rates (:func:`answer_rates`), then train ``model`` in place on
-    :func:`expert_examples`; returns ``{"steps", "loss", "seconds"}``."""
+    :func:`expert_examples`; in the recursive stage on executed round-2 contexts instead
+    (:mod:`conductor_core.train.recursion_start`). Returns ``{"steps", "loss", "seconds"}``."""
     spec = config.expert_start
     say = log or (lambda _: None)
     start = time.perf_counter()
+    count = spec.steps * spec.batch_size
+    if config.stage == "recursive":
+        from conductor_core.train.recursion_start import recursion_expert_examples
+
+        examples = recursion_expert_examples(
+            model,
+            tokenizer,
+            problems,
+            pool,
+            config,
+            count,
+            descriptions=descriptions,
+            log=log,
+            pool_factory=pool_factory,
+        )
+        return _fine_tune(model, tokenizer, examples, config, start, on_step)
     runs = len(problems) * len(pool.workers) * spec.executions
     say(
         f"expert start: running {len(problems)} questions x {len(pool.workers)} workers x "
@@ -255,9 +275,22 @@ def run_expert_start(
         rates,
         len(pool.workers),
         config,
-        spec.steps * spec.batch_size,
+        count,
         descriptions=descriptions,
     )
+    return _fine_tune(model, tokenizer, examples, config, start, on_step)
+
+
+def _fine_tune(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[tuple[list[dict[str, str]], str]],
+    config: StageConfig,
+    start: float,
+    on_step: Callable[[int, float], None] | None,
+) -> dict[str, float]:
+    """Cross-entropy on the targets' tokens; the stats with the seconds since ``start``."""
     encoded = [encode_example(tokenizer, m, p, prompt_loss=False) for m, p in examples]
+    spec = config.expert_start
     stats = train_supervised(model, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
     return {**stats, "seconds": time.perf_counter() - start}

@@ -85,11 +85,9 @@ def test_rates_that_never_separate_workers_are_refused():
         expert_examples(Random(0), PROBLEMS, close, 4, config, 5)
 
 
-def test_one_step_plan_parses_and_the_recursive_stage_refuses_the_start():
+def test_one_step_plan_parses():
     plan = parse_plan(one_step_plan(3, "binary"), workers=4)
     assert len(plan.steps) == 1 and plan.steps[0].worker == 3
-    with pytest.raises(ConfigError, match="expert_start"):
-        build_config({"stage": "recursive", "expert_start": {"enabled": True}}, profile="tiny")
 
 
 def test_descriptor_modes_recipe_is_a_valid_adaptive_config(tmp_path):

@@ -1,0 +1,233 @@
+"""The recursive stage's expert start: imitate the better of keeping and a new plan, weighted by
+how much better it is.
+
+In the recursive stage ``expert_start`` builds its examples from executed round-2 contexts:
+
+1. Each training question's round-1 plan is the one the starting model (after the recursion
+   warm-up, if any) writes greedily (:func:`~conductor_core.train.warmup.own_plans`).
+2. That plan runs ``expert_start.executions`` times. Each execution is a round-2 context: the
+   plan and its answer, as the round-2 prompt shows them. Keeping is worth the answer's grade
+   ``g`` exactly (the value the stage measures its round-2 advantages against).
+3. The new plan (the same plan written again: what the recursion warm-up teaches a new plan to
+   be) runs in round 2 after that context ``reward.executions_per_plan`` times; the mean reward
+   ``v`` is an unbiased estimate of its value there.
+4. The context's target is the keep plan when ``g > v`` and the new plan when ``v > g``; contexts
+   are drawn as examples with probability proportional to ``|v - g|`` (ties are never drawn).
+
+The objective is the weighted log-likelihood ``sum_c |A_c| log pi(target_c | context_c)``, with
+``A_c = v_c - g_c`` the new plan's advantage against keeping, the stage's own round-2 advantage.
+Contexts the model cannot tell apart (one observation ``o``: the same question, plan and answer
+text) pool their weights, so the learned chance of keeping after ``o`` is
+``E[max(-A, 0) | o] / E[|A| | o]``, above one half exactly when keeping is worth more than a new
+plan in expectation over what ``o`` hides (whether the answer is right): the Bayes decision of
+weighted classification, made from what the model sees. Plain labels ("keep when right") would
+learn the chance that the answer is right instead, and keep a hedged answer that is right 70% of
+the time although a new plan is right 90% of the time. It is one step of policy improvement on
+executed outcomes; GRPO then optimises the expected final reward from there.
+
+Half of the examples are round-1 prompts with the model's own plan as the target, so round 1
+stays as it was. It costs ``questions x executions x (1 + reward.executions_per_plan)`` plan
+runs, made once (not saved: rerun, they are made again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from random import Random
+from typing import Any
+
+from conductor_core.errors import ConfigError
+from conductor_core.policy.base import PreviousRound
+from conductor_core.solve import plan_request
+from conductor_core.tasks.problem import Problem
+from conductor_core.train.config import StageConfig
+from conductor_core.train.data import stage_options
+from conductor_core.train.reward import ConductorReward
+from conductor_core.train.warmup import KEEP_PLAN, own_plans
+from conductor_core.workers.config import PoolConfig
+from conductor_core.workflow.prompts import plan_messages
+
+CHUNK = 64
+"""Questions whose executions run at once (progress is logged after each chunk)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """One executed round-2 context: the round-1 plan, its answer and what each decision is
+    worth there."""
+
+    problem_id: str
+    plan: str
+    answer: str
+    keep_value: float
+    """The answer's grade: the reward of keeping it."""
+    new_plan_value: float
+    """The mean reward of the new plan run in round 2 after this context."""
+
+    @property
+    def advantage(self) -> float:
+        """The new plan's advantage against keeping."""
+        return self.new_plan_value - self.keep_value
+
+
+async def executed_contexts(
+    problems: Sequence[Problem],
+    plans: dict[str, str],
+    pool: PoolConfig,
+    config: StageConfig,
+    *,
+    descriptions: Sequence[str] = (),
+    log: Callable[[str], None] | None = None,
+    pool_factory: Callable[[], Any] | None = None,
+) -> list[Context]:
+    """Run each problem's round-1 plan (``plans``, by problem id) ``expert_start.executions``
+    times, then the same plan in round 2 after each answer (``reward.executions_per_plan``
+    times), with the stage's solve options and reward; the contexts whose round 1 answered and
+    whose round 2 an infrastructure failure did not spoil."""
+    runs = config.expert_start.executions
+    by_id = {p.id: p for p in problems}
+    common = {
+        "options": stage_options(config, descriptions=descriptions),
+        "max_concurrent": config.reward.max_concurrent_plans,
+        "pool_factory": pool_factory,
+        "cost_weight": config.reward.cost_weight,
+        "cost_reference": config.reward.cost_reference,
+    }
+    first = ConductorReward(by_id, pool, **common)
+    second = ConductorReward(by_id, pool, executions=config.reward.executions_per_plan, **common)
+    todo = [p for p in problems if p.id in plans]
+    out: list[Context] = []
+
+    async def one(index: int, problem: Problem) -> list[Context]:
+        plan = plans[problem.id]
+        ids = [problem.id] * runs
+        # sample indexes fixed by the question's place; round 2's far from round 1's
+        answers = await first.score([plan] * runs, ids, [None] * runs, base_index=index * runs)
+        shown = [o for o in answers if o.reward is not None and o.answer is not None]
+        previous = [PreviousRound(plan=plan, answer=o.answer) for o in shown]
+        revised = await second.score(
+            [plan] * len(shown),
+            ids[: len(shown)],
+            [None] * len(shown),
+            base_index=(len(problems) + index) * runs,
+            previous=previous,
+        )
+        contexts = []
+        for o, r in zip(shown, revised, strict=True):
+            value, kept = second.adjusted(r), o.kept_reward
+            if value is None or kept is None:
+                continue
+            contexts.append(Context(problem.id, plan, o.answer or "", kept, value))
+        return contexts
+
+    try:
+        for at in range(0, len(todo), CHUNK):
+            part = todo[at : at + CHUNK]
+            done = await asyncio.gather(*(one(at + i, p) for i, p in enumerate(part)))
+            out.extend(c for contexts in done for c in contexts)
+            if log is not None:
+                log(f"expert start: round-2 contexts of {at + len(part)}/{len(todo)} questions")
+    finally:
+        await first.aclose()
+        await second.aclose()
+    return out
+
+
+def recursion_examples(
+    rng: Random,
+    problems: Sequence[Problem],
+    plans: dict[str, str],
+    contexts: Sequence[Context],
+    pool_size: int,
+    config: StageConfig,
+    count: int,
+    *,
+    descriptions: Sequence[str] = (),
+) -> list[tuple[list[dict[str, str]], str]]:
+    """``count`` (prompt messages, target plan) pairs: every other one a round-1 prompt of a
+    random planned problem with its own plan as the target, the others round-2 contexts drawn
+    with probability proportional to ``|advantage|``, whose target is the keep plan when keeping
+    is worth more, the plan again otherwise (see the module docstring).
+
+    Raises:
+        ConfigError: no context has a decision worth making (every new plan worth exactly what
+            keeping is).
+    """
+    weights = [abs(c.advantage) for c in contexts]
+    if not any(weights):
+        raise ConfigError(
+            f"expert_start: in {len(contexts)} executed round-2 contexts a new plan is always "
+            f"worth exactly what keeping is; nothing to learn (raise expert_start.executions)"
+        )
+    by_id = {p.id: p for p in problems}
+    planned = [p for p in problems if p.id in plans]
+    options = stage_options(config, descriptions=descriptions)
+    drawn = iter(rng.choices(contexts, weights=weights, k=count - count // 2))
+    out: list[tuple[list[dict[str, str]], str]] = []
+    for i in range(count):
+        if i % 2 == 0:
+            c = next(drawn)
+            previous = PreviousRound(plan=c.plan, answer=c.answer)
+            request = plan_request(
+                by_id[c.problem_id].question, pool_size, options, previous=previous
+            )
+            out.append((plan_messages(request), KEEP_PLAN if c.advantage < 0 else c.plan))
+        else:
+            p = rng.choice(planned)
+            request = plan_request(p.question, pool_size, options)
+            out.append((plan_messages(request), plans[p.id]))
+    return out
+
+
+def recursion_expert_examples(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool: PoolConfig,
+    config: StageConfig,
+    count: int,
+    *,
+    descriptions: Sequence[str] = (),
+    log: Callable[[str], None] | None = None,
+    pool_factory: Callable[[], Any] | None = None,
+) -> list[tuple[list[dict[str, str]], str]]:
+    """The recursive stage's expert-start examples: ``model``'s own greedy round-1 plans,
+    executed (:func:`executed_contexts`), then :func:`recursion_examples`."""
+    say = log or (lambda _: None)
+    size = len(pool.workers)
+    options = stage_options(config, descriptions=descriptions)
+    requests = [plan_request(p.question, size, options) for p in problems]
+    written = own_plans(model, tokenizer, config, requests)
+    plans = {p.id: w for p, w in zip(problems, written, strict=True) if w is not None}
+    if not plans:
+        raise ConfigError("expert_start: the model's round-1 plan parses for no training question")
+    say(f"expert start: {len(plans)}/{len(problems)} questions have a round-1 plan that parses")
+    contexts = asyncio.run(
+        executed_contexts(
+            problems,
+            plans,
+            pool,
+            config,
+            descriptions=descriptions,
+            log=log,
+            pool_factory=pool_factory,
+        )
+    )
+    keep = sum(c.advantage < 0 for c in contexts)
+    new = sum(c.advantage > 0 for c in contexts)
+    say(
+        f"expert start: {len(contexts)} round-2 contexts: keeping worth more in {keep}, "
+        f"a new plan in {new}"
+    )
+    return recursion_examples(
+        Random(config.seed + 2),
+        problems,
+        plans,
+        contexts,
+        size,
+        config,
+        count,
+        descriptions=descriptions,
+    )
