@@ -4,7 +4,8 @@ how much better it is.
 In the recursive stage ``expert_start`` builds its examples from executed round-2 contexts:
 
 1. Each training question's round-1 plan is the one the starting model (after the recursion
-   warm-up, if any) writes greedily (:func:`~conductor_core.train.warmup.own_plans`).
+   warm-up, if any) writes greedily (:func:`~conductor_core.train.warmup.own_plans`; a
+   synthetic plan where it does not parse, as in the recursion warm-up).
 2. That plan runs ``expert_start.executions`` times. Each execution is a round-2 context: the
    plan and its answer, as the round-2 prompt shows them. Keeping is worth the answer's grade
    ``g`` exactly (the value the stage measures its round-2 advantages against).
@@ -45,7 +46,7 @@ from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import stage_options
 from conductor_core.train.reward import ConductorReward
-from conductor_core.train.warmup import KEEP_PLAN, own_plans
+from conductor_core.train.warmup import KEEP_PLAN, own_plans, synthetic_plan
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.prompts import plan_messages
 
@@ -200,10 +201,15 @@ def recursion_expert_examples(
     options = stage_options(config, descriptions=descriptions)
     requests = [plan_request(p.question, size, options) for p in problems]
     written = own_plans(model, tokenizer, config, requests)
-    plans = {p.id: w for p, w in zip(problems, written, strict=True) if w is not None}
-    if not plans:
-        raise ConfigError("expert_start: the model's round-1 plan parses for no training question")
-    say(f"expert start: {len(plans)}/{len(problems)} questions have a round-1 plan that parses")
+    # a question whose greedy plan does not parse gets a synthetic one, as in the recursion warm-up
+    rng = Random(config.seed + 3)
+    steps = min(config.warmup.max_plan_steps, config.data.max_steps)
+    plans = {
+        p.id: w or synthetic_plan(rng, size, max_plan_steps=steps, access_mode=options.access_mode)
+        for p, w in zip(problems, written, strict=True)
+    }
+    parsed = sum(w is not None for w in written)
+    say(f"expert start: the model's round-1 plan parses for {parsed}/{len(problems)} questions")
     contexts = asyncio.run(
         executed_contexts(
             problems,

@@ -95,6 +95,33 @@ def test_adaptive_stage_runs_the_expert_start_once(base_run, tmp_path):
     assert not any(x.startswith("expert start: running") for x in again)
 
 
+def test_recursive_stage_starts_from_executed_round2_contexts(base_run, tmp_path):
+    """The recursive stage's expert start executes the model's round-1 plans (synthetic ones
+    where the base model's do not parse), runs a new plan after each answer, fine-tunes and
+    saves the model GRPO starts from (train/recursion_start.py)."""
+    from conductor_core.train.grpo import run_stage
+
+    _, base = base_run
+    config = small(
+        tmp_path / "recursive",
+        stage="recursive",
+        steps=1,
+        init_from=str(base.model_dir),
+        data={"max_problems": 12},
+        warmup={"enabled": False},
+        expert_start={"enabled": True, "executions": 4, "steps": 3, "batch_size": 4},
+    )
+    lines: list[str] = []
+    result = run_stage(config, progress=False, log=lines.append)
+    assert result.steps == 1
+    assert (config.output_path() / "expert-model" / "config.json").is_file()
+    assert any(x.startswith("expert start: the model's round-1 plan parses for") for x in lines)
+    assert "expert start: round-2 contexts of 12/12 questions" in lines
+    contexts = next(x for x in lines if "round-2 contexts: keeping worth more" in x)
+    assert contexts.startswith("expert start: 48 round-2 contexts")  # 12 questions x 4 runs
+    assert any(x.startswith("expert start: done") for x in lines)
+
+
 def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, monkeypatch):
     """Forced second rounds, each continuing its own round-1 plan; with
     ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores
