@@ -321,7 +321,9 @@ class WarmupSpec(_Strict):
         default=False,
         description="Train on synthetic valid plans (random workers) before GRPO, so that a model "
         "that cannot yet write the plan format earns rewards at all. Instruction-tuned models do "
-        "not need it; a random tiny model does. A rerun reuses `<output_dir>/warmup-model`.",
+        "not need it; a random tiny model does. Base and adaptive stages (the recursive stage "
+        "starts from a trained model: see `expert_start`). A rerun reuses "
+        "`<output_dir>/warmup-model`.",
     )
     steps: int = Field(
         default=300, ge=1, description="Optimiser steps (fewer if `max_seconds` runs out first)."
@@ -851,6 +853,11 @@ class StageConfig(_Strict):
         if self.recursive.round2_grammar and self.generation.backend != "transformers":
             raise ValueError(
                 "recursive.round2_grammar works with generation.backend: transformers only"
+            )
+        if self.warmup.enabled and self.stage == "recursive":
+            raise ValueError(
+                "warmup works in the base and adaptive stages; the recursive stage starts from a "
+                "trained model, and its expert_start teaches both round-2 decisions"
             )
         if self.ref_sync_steps and not self.beta:
             raise ValueError(

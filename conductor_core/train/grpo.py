@@ -264,12 +264,7 @@ def _warmed_up(
     if config.warmup.enabled:
         from conductor_core.train.warmup import run_warmup
 
-        what = (
-            "of the recursion warm-up (the model's own plans, keep half the time)"
-            if config.stage == "recursive"
-            else "of supervised format training"
-        )
-        log(f"warm-up: {config.warmup.steps} steps {what}")
+        log(f"warm-up: {config.warmup.steps} steps of supervised format training")
         stats = run_warmup(
             model,
             tokenizer,

@@ -3,14 +3,13 @@ how much better it is.
 
 In the recursive stage ``expert_start`` builds its examples from executed round-2 contexts:
 
-1. Each training question's round-1 plan is the one the starting model (after the recursion
-   warm-up, if any) writes greedily (:func:`~conductor_core.train.warmup.own_plans`; a
-   synthetic plan where it does not parse, as in the recursion warm-up).
+1. Each training question's round-1 plan is the one the starting model writes greedily
+   (:func:`~conductor_core.train.warmup.own_plans`; a synthetic plan where it does not parse).
 2. That plan runs ``expert_start.executions`` times. Each execution is a round-2 context: the
    plan and its answer, as the round-2 prompt shows them. Keeping is worth the answer's grade
    ``g`` exactly (the value the stage measures its round-2 advantages against).
-3. The new plan (the same plan written again: what the recursion warm-up teaches a new plan to
-   be) runs in round 2 after that context ``reward.executions_per_plan`` times; the mean reward
+3. The new plan (the same plan written again, so new plans are routed as round 1 routes) runs in
+   round 2 after that context ``reward.executions_per_plan`` times; the mean reward
    ``v`` is an unbiased estimate of its value there.
 4. The context's target is the keep plan when ``g > v`` and the new plan when ``v > g``; contexts
    are drawn as examples with probability proportional to ``|v - g|`` (ties are never drawn).
@@ -201,7 +200,7 @@ def recursion_expert_examples(
     options = stage_options(config, descriptions=descriptions)
     requests = [plan_request(p.question, size, options) for p in problems]
     written = own_plans(model, tokenizer, config, requests)
-    # a question whose greedy plan does not parse gets a synthetic one, as in the recursion warm-up
+    # a question whose greedy plan does not parse gets a synthetic one (a valid context still)
     rng = Random(config.seed + 3)
     steps = min(config.warmup.max_plan_steps, config.data.max_steps)
     plans = {

@@ -11,9 +11,8 @@ default) the language-modelling loss covers the prompt tokens too: a tiny random
 to represent the question, which GRPO needs to learn routing (measured: with the loss on the
 completion only, routing stayed at chance).
 
-In the recursive stage the warm-up is the recursion warm-up (:func:`recursion_warmup_texts`):
-written by the starting model itself, it refreshes the recursion round (both decisions, new
-plans routed as round 1 routes) without changing round 1's routing.
+The recursive stage has no format warm-up: it starts from a trained model, and its expert start
+(:mod:`conductor_core.train.recursion_start`) teaches both round-2 decisions from executed answers.
 """
 
 from __future__ import annotations
@@ -24,13 +23,11 @@ from random import Random
 from typing import Any
 
 from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
-from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import ExpertStartSpec, StageConfig, WarmupSpec
 from conductor_core.train.data import (
     offered_subset,
     shown_workers,
-    stage_options,
     stage_prompt,
 )
 from conductor_core.workers.problem_bank import ProblemBank
@@ -43,7 +40,7 @@ from conductor_core.workflow.model import (
     Workflow,
     offered_ids,
 )
-from conductor_core.workflow.prompts import PROMPT_VERSION, plan_messages
+from conductor_core.workflow.prompts import PROMPT_VERSION
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
@@ -170,61 +167,6 @@ def own_plans(
     return [r.raw if r.ok else None for r in greedy_plans(model, tokenizer, config, requests)]
 
 
-def recursion_warmup_texts(
-    model: Any,
-    tokenizer: Any,
-    problems: Sequence[Problem],
-    pool_size: int,
-    config: StageConfig,
-    count: int,
-    *,
-    seed: int = 0,
-    descriptions: Sequence[str] = (),
-) -> list[tuple[list[dict[str, str]], str]]:
-    """``count`` (prompt messages, plan text) pairs that refresh a trained model's recursion
-    round before the recursive stage (``warmup.enabled`` in that stage), written by the model
-    itself: each training question's round-1 plan is the one ``model`` writes greedily.
-
-    Half of the pairs are a round 1 with that plan as the target (the model's routing, kept as
-    it is); half are a recursion round after that plan and a simulated previous answer (right or
-    wrong, half of them closed by a sentence of doubt), answered half the time by the keep plan
-    and half by the model's round-1 plan again, whatever the answer. A model trained on round 1
-    only stops writing the keep plan (it is a format error there) and routes a new round-2 plan
-    as its untrained round 2 does; this gives the stage both decisions to compare, with new plans
-    routed as well as round 1, and leaves which decision fits which answer to GRPO. A question
-    whose greedy plan does not parse gets a synthetic plan (:func:`synthetic_plan`) instead.
-    ``descriptions`` (by pool id) are shown in descriptor mode.
-    """
-    rng = Random(seed)
-    chosen = [rng.choice(list(problems)) for _ in range(count)]
-    unique = {p.id: p for p in chosen}
-    options = stage_options(config, descriptions=descriptions)
-    requests = {pid: plan_request(p.question, pool_size, options) for pid, p in unique.items()}
-    written = own_plans(model, tokenizer, config, list(requests.values()))
-    steps = min(config.warmup.max_plan_steps, config.data.max_steps)
-    access = config.data.access_mode
-    plans: dict[str, str] = {}
-    for pid, plan in zip(requests, written, strict=True):
-        # a greedy plan that does not parse is no target: that question gets a synthetic plan
-        plans[pid] = plan or synthetic_plan(
-            rng, pool_size, max_plan_steps=steps, access_mode=access
-        )
-    bank = ProblemBank(list(problems))
-    out = []
-    for p in chosen:
-        plan = plans[p.id]
-        if rng.random() < 0.5:
-            out.append((plan_messages(requests[p.id]), plan))
-            continue
-        shown = render_answer(p, rng.random() < 0.5, rng, bank)
-        if rng.random() < 0.5:
-            shown = hedge_answer(p, shown, rng)
-        previous = PreviousRound(plan=plan, answer=shown)
-        request = plan_request(p.question, pool_size, options, previous=previous)
-        out.append((plan_messages(request), KEEP_PLAN if rng.random() < 0.5 else plan))
-    return out
-
-
 def encode_example(
     tokenizer: Any, messages: list[dict[str, str]], plan: str, *, prompt_loss: bool
 ) -> tuple[list[int], list[int]]:
@@ -281,21 +223,9 @@ def run_warmup(
     """
     spec = config.warmup
     count = spec.steps * spec.batch_size
-    if config.stage == "recursive":
-        examples = recursion_warmup_texts(
-            model,
-            tokenizer,
-            problems,
-            pool_size,
-            config,
-            count,
-            seed=config.seed + 1,
-            descriptions=descriptions,
-        )
-    else:
-        examples = warmup_texts(
-            problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
-        )
+    examples = warmup_texts(
+        problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
+    )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     return train_supervised(model, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
 

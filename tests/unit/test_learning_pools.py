@@ -59,14 +59,16 @@ def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
 
 
 def test_the_experiments_train_each_stage_as_its_profile_does(tmp_path):
-    """A bench's stage runs the profile's warm-up (the recursive stage's short recursion warm-up,
-    not the base stage's 300 format steps), unless it asks for another length."""
+    """A bench's stage runs the profile's warm-up and steps for that stage (the recursive stage:
+    no warm-up, its expert start instead), unless it asks for other lengths."""
     from conductor_core.train.config import build_config
     from conductor_core.train.experiment import learning_config
 
     for stage in ("base", "recursive"):
         profile = build_config({}, stage=stage, profile="tiny")
         got = learning_config(tmp_path, stage=stage, steps=None)
-        assert got.warmup.steps == profile.warmup.steps
+        assert got.warmup == profile.warmup and got.expert_start == profile.expert_start
         assert got.steps == profile.steps
-    assert learning_config(tmp_path, stage="recursive", warmup_steps=7).warmup.steps == 7
+    assert learning_config(tmp_path, stage="base", warmup_steps=7).warmup.steps == 7
+    recursive = learning_config(tmp_path, stage="recursive", steps=None)
+    assert not recursive.warmup.enabled and recursive.expert_start.enabled

@@ -194,15 +194,18 @@ def test_profiles_are_the_yaml_files():
 def test_tiny_recursive_profile_values():
     # The learning test (tests/e2e/test_learning.py) was measured with these values.
     c = build_config({}, stage="recursive", profile="tiny")
-    assert (c.questions_per_step, c.plans_per_question, c.steps) == (32, 2, 120)
+    assert (c.questions_per_step, c.plans_per_question, c.steps) == (32, 2, 80)
     assert c.learning_rate == 2e-4 and c.lr_scheduler == "constant"
     assert c.ref_sync_steps == 20  # bench/bench_recursive_seeds.py was measured with it
     assert c.reward.executions_per_plan == 4  # a stage's nested override, not the other stages'
     assert c.loss_type == "grpo" and c.num_iterations == 1
     assert c.recursive.forced_fraction == 1.0 and c.recursive.round2_grammar is True
     assert c.beta == 0.05 and c.experimental.truncated_is_format_error is True
-    assert c.warmup.enabled is True and c.warmup.prompt_loss is False  # the recursion warm-up
-    assert c.warmup.steps == 300  # bench_recursive_seeds.py measured the stage with it
+    assert c.warmup.enabled is False  # the expert start teaches both round-2 decisions
+    spec = c.expert_start  # bench_recursive_seeds.py measured the stage with these
+    assert spec.enabled and (spec.executions, spec.steps, spec.learning_rate) == (16, 400, 3e-4)
+    with pytest.raises(ConfigError, match="warmup works in the base and adaptive stages"):
+        build_config({"warmup": {"enabled": True}}, stage="recursive", profile="tiny")
     base = build_config({}, stage="base", profile="tiny")
     assert (base.questions_per_step, base.plans_per_question, base.steps) == (16, 4, 150)
     assert base.reward.executions_per_plan == 1

@@ -124,65 +124,14 @@ def test_prompt_loss_switch(tiny):
     assert full == ids
 
 
-def test_the_recursion_warm_up_is_written_by_the_model_itself(tiny, monkeypatch):
-    """The recursive stage's warm-up: the model's own greedy round-1 plan as round 1's target and
-    as the previous plan; recursion rounds answered by the keep plan or that plan again,
-    whatever the previous answer; a plan that does not parse is replaced by a synthetic one."""
-    import conductor_core.train.warmup as warmup
-    from conductor_core.workers.simulated_answers import HEDGES
+def test_own_plans_are_none_where_the_greedy_plan_does_not_parse(tiny):
+    """The model's own greedy plans (the recursion expert start's round-1 plans): a random tiny
+    model writes none that parses."""
+    from conductor_core.solve import plan_request
+    from conductor_core.train.data import stage_options
+    from conductor_core.train.warmup import own_plans
 
     model, tok = tiny
     config = build_config({}, stage="recursive", profile="tiny")
-    # A random tiny model writes no plan that parses: every target is then a synthetic plan.
-    for _, plan in warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 20, seed=3):
-        parse_plan(plan, workers=4, allow_empty=True)
-    from conductor_core.solve import plan_request
-    from conductor_core.train.data import stage_options
-
     request = plan_request("What is 2+2?", 4, stage_options(config))
-    # the random model's greedy plans, the same twice, do not parse: None
-    assert warmup.own_plans(model, tok, config, [request, request]) == [None, None]
-
-    def own(model, tok, config, requests):
-        # the first question's plan does not parse; the others name worker (index mod 4)
-        return [None] + [
-            f'model_id = [{i % 4}]\nsubtasks = ["Solve."]\naccess_list = [[]]'
-            for i in range(1, len(requests))
-        ]
-
-    monkeypatch.setattr(warmup, "own_plans", own)
-    pairs = warmup.recursion_warmup_texts(model, tok, PROBLEMS[:5], 4, config, 80, seed=3)
-    assert len(pairs) == 80
-    firsts = {m[0]["content"]: p for m, p in pairs if len(m) == 1}
-    assert None not in firsts.values() and len(set(firsts.values())) >= 2
-    for plan in firsts.values():
-        parse_plan(plan, workers=4)
-    recursion = [(m, p) for m, p in pairs if len(m) == 3]
-    assert 20 < len(recursion) < 60
-    for m, p in recursion:
-        own_plan = firsts.get(m[0]["content"])
-        assert own_plan is None or m[1]["content"] == own_plan  # the previous plan is its own
-        assert p == KEEP_PLAN or p == m[1]["content"]
-    keeps = sum(p == KEEP_PLAN for _, p in recursion)
-    assert 0 < keeps < len(recursion)
-    hedged = [p == KEEP_PLAN for m, p in recursion if any(h in m[2]["content"] for h in HEDGES)]
-    assert hedged and 0 < sum(hedged) < len(hedged)  # the target does not follow the answer
-
-
-def test_the_recursion_warm_up_in_descriptor_mode_shows_the_descriptions(tiny, monkeypatch):
-    """In descriptor mode both the recursion warm-up's round 1 and its recursion rounds list each
-    worker with its description, as the stage's dataset and round-2 prompts do."""
-    import conductor_core.train.warmup as warmup
-
-    model, tok = tiny
-    descriptions = ["strong at math", "strong at choices", "strong at free-form", "fair at all"]
-    monkeypatch.setattr(
-        warmup, "own_plans", lambda m, t, c, requests: [None for _ in range(len(requests))]
-    )
-    config = build_config({"data": {"descriptors": True}}, stage="recursive", profile="tiny")
-    listed = "Models: " + ", ".join(f"{d}: {i}" for i, d in enumerate(descriptions)) + "."
-    pairs = warmup.recursion_warmup_texts(
-        model, tok, PROBLEMS[:5], 4, config, 40, seed=3, descriptions=descriptions
-    )
-    assert {len(m) for m, _ in pairs} == {1, 3}  # round 1 and recursion rounds both
-    assert all(m[0]["content"].startswith(listed) for m, _ in pairs)
+    assert own_plans(model, tok, config, [request, request]) == [None, None]
