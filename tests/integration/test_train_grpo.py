@@ -108,7 +108,6 @@ def test_recursive_stage_starts_from_executed_round2_contexts(base_run, tmp_path
         steps=1,
         init_from=str(base.model_dir),
         data={"max_problems": 12},
-        warmup={"enabled": False},
         expert_start={"enabled": True, "executions": 4, "steps": 3, "batch_size": 4},
     )
     lines: list[str] = []

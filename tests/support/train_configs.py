@@ -18,6 +18,8 @@ def small(out: Path, stage: str = "base", **extra):
         "model": {"tiny": {"hidden": 64, "heads": 2, "kv_heads": 1, "layers": 1, "vocab": 400}},
         "generation": {"max_completion_length": 24},
         "warmup": {"steps": 2, "batch_size": 4},
+        # where a stage's profile turns the expert start on (recursive), a small one
+        "expert_start": {"executions": 2, "steps": 2, "batch_size": 4},
         "data": {"max_problems": 40},
         "checkpoint": {"save_steps": 1},
         "tracking": {"backend": "none"},
