@@ -12,8 +12,9 @@ Conductor); ``--no-plan-grammar`` measures what the model writes unaided.
 
 Targets (issue 25 §3): after a right round-1 answer the answer is kept at least 85% of the time,
 after a wrong one a new plan is written at least half the time; every seed must reach both.
-About 4 minutes per seed alone on 2 CPU cores (the stage and two held-out evaluations, all 120
-held-out questions with 2 plans each), 10 more for the base and adaptive models.
+Each seed also prints the model the stage's expert start hands to GRPO. About 3.5-5.5 minutes
+per seed alone on 2 CPU cores (the stage and the held-out evaluations, all 120 held-out
+questions with 2 plans each), 10 more for the base and adaptive models.
 """
 
 from __future__ import annotations

@@ -204,7 +204,12 @@ def prepare_model(
         from conductor_core.train.expert_start import run_expert_start
 
         steps = config.expert_start.steps
-        log(f"expert start: {steps} steps on the best-answering workers")
+        what = (
+            "on the better of keeping and a new plan"
+            if config.stage == "recursive"
+            else "on the best-answering workers"
+        )
+        log(f"expert start: {steps} steps {what}")
         stats = run_expert_start(
             model,
             tokenizer,
