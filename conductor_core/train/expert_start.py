@@ -40,8 +40,8 @@ from typing import Any
 from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
-from conductor_core.train.data import offered_subset, shown_workers, stage_options, stage_prompt
-from conductor_core.train.reward import ConductorReward
+from conductor_core.train.data import offered_subset, shown_workers, stage_prompt
+from conductor_core.train.reward import stage_reward
 from conductor_core.train.warmup import WARMUP_SUBTASKS, encode_example, train_supervised
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.model import AccessMode, Step, Workflow
@@ -106,12 +106,9 @@ async def answer_rates(
     todo = [(i, p) for i, p in enumerate(problems) if p.id not in out]
     if out and log is not None:
         log(f"expert start: {len(problems) - len(todo)} questions' rates reused from {saved}")
-    reward = ConductorReward(
-        {p.id: p for p in problems},
-        pool,
-        options=stage_options(config),
-        max_concurrent=config.reward.max_concurrent_plans,
-        pool_factory=pool_factory,
+    # one execution a run: the rates count right answers, not the stage's averaged reward
+    reward = stage_reward(
+        config, {p.id: p for p in problems}, pool, executions=1, pool_factory=pool_factory
     )
     plans = [one_step_plan(w, config.data.access_mode) for w in range(size)]
     texts = [plans[w] for w in range(size) for _ in range(runs)]

@@ -26,7 +26,7 @@ from typing import Any
 from conductor_core.errors import ConfigError, require
 from conductor_core.train import ranks
 from conductor_core.train.config import StageConfig
-from conductor_core.train.reward import ConductorReward, RoundState, Truncation
+from conductor_core.train.reward import ConductorReward, RoundState, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
 
@@ -571,7 +571,7 @@ def run_stage(
     and log one line at the end; their result's ``run_id`` is None.
     """
     from conductor_core.train import checkpoints
-    from conductor_core.train.data import build_dataset, id_range, stage_options
+    from conductor_core.train.data import build_dataset, id_range
     from conductor_core.train.exploration import routing_exploration
 
     launch = ranks.current()
@@ -621,15 +621,12 @@ def run_stage(
                 )
         dataset = build_dataset(train, len(pool.workers), config, descriptions)
         rounds = RoundState() if config.stage == "recursive" else None
-        reward = ConductorReward(
+        reward = stage_reward(
+            config,
             by_id,
             pool,
-            options=stage_options(config, descriptions=descriptions),  # round-2 prompts too
-            executions=config.reward.executions_per_plan,
-            max_concurrent=config.reward.max_concurrent_plans,
+            descriptions=descriptions,  # round-2 prompts show them too
             rounds=rounds,
-            cost_weight=config.reward.cost_weight,
-            cost_reference=config.reward.cost_reference,
             truncation=truncation_rule(config, tokenizer),
         )
         if resume is not None:

@@ -44,7 +44,7 @@ from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import stage_options
-from conductor_core.train.reward import ConductorReward
+from conductor_core.train.reward import stage_reward
 from conductor_core.train.warmup import KEEP_PLAN, own_plans, synthetic_plan
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.prompts import plan_messages
@@ -88,15 +88,9 @@ async def executed_contexts(
     whose round 2 an infrastructure failure did not spoil."""
     runs = config.expert_start.executions
     by_id = {p.id: p for p in problems}
-    common = {
-        "options": stage_options(config, descriptions=descriptions),
-        "max_concurrent": config.reward.max_concurrent_plans,
-        "pool_factory": pool_factory,
-        "cost_weight": config.reward.cost_weight,
-        "cost_reference": config.reward.cost_reference,
-    }
-    first = ConductorReward(by_id, pool, **common)
-    second = ConductorReward(by_id, pool, executions=config.reward.executions_per_plan, **common)
+    shown = {"descriptions": descriptions, "pool_factory": pool_factory}
+    first = stage_reward(config, by_id, pool, executions=1, **shown)  # one answer per context
+    second = stage_reward(config, by_id, pool, **shown)  # a new plan, as the stage scores it
     todo = [p for p in problems if p.id in plans]
     out: list[Context] = []
 

@@ -35,6 +35,8 @@ from conductor_core.policy.text import TextPlanSource
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.grading import WRONG_REWARD
 from conductor_core.tasks.problem import Problem
+from conductor_core.train.config import StageConfig
+from conductor_core.train.data import stage_options
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workflow.errors import FormatErrorCode
 from conductor_core.workflow.trace import TraceSummary
@@ -471,3 +473,28 @@ class ConductorReward:
         """The reward the trainer gets for ``outcome`` (:func:`cost_adjusted` with this
         reward's cost weight, reference and executions)."""
         return cost_adjusted(outcome, self.cost_weight, self.cost_reference, self.executions)
+
+
+def stage_reward(
+    config: StageConfig,
+    problems: Mapping[str, Problem],
+    pool: PoolConfig,
+    *,
+    descriptions: Sequence[str] = (),
+    executions: int | None = None,
+    **extra: Any,
+) -> ConductorReward:
+    """The stage's reward on ``problems`` (by id): its solve options (plan format, budget, and
+    the ``descriptions`` round-2 prompts show), concurrency and cost term; ``executions`` None:
+    ``reward.executions_per_plan``. ``extra`` goes to :class:`ConductorReward` as it is
+    (``rounds``, ``truncation``, ``pool_factory``)."""
+    return ConductorReward(
+        problems,
+        pool,
+        options=stage_options(config, descriptions=descriptions),
+        executions=config.reward.executions_per_plan if executions is None else executions,
+        max_concurrent=config.reward.max_concurrent_plans,
+        cost_weight=config.reward.cost_weight,
+        cost_reference=config.reward.cost_reference,
+        **extra,
+    )

@@ -16,6 +16,9 @@ from tests.support.train_configs import small
 
 pytestmark = pytest.mark.slow
 
+EXPERT_START = {"enabled": True, "executions": 4, "steps": 3, "batch_size": 4}
+"""A small expert start on 12 questions (the stage tests that run one)."""
+
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory):
@@ -76,7 +79,7 @@ def test_adaptive_stage_runs_the_expert_start_once(base_run, tmp_path):
         init_from=str(base.model_dir),
         data={"descriptors": True, "max_problems": 12},
         adaptive={"renumber": True},
-        expert_start={"enabled": True, "executions": 4, "steps": 3, "batch_size": 4},
+        expert_start=EXPERT_START,
     )
     lines: list[str] = []
     result = run_stage(config, progress=False, log=lines.append)
@@ -108,7 +111,7 @@ def test_recursive_stage_starts_from_executed_round2_contexts(base_run, tmp_path
         steps=1,
         init_from=str(base.model_dir),
         data={"max_problems": 12},
-        expert_start={"enabled": True, "executions": 4, "steps": 3, "batch_size": 4},
+        expert_start=EXPERT_START,
     )
     lines: list[str] = []
     result = run_stage(config, progress=False, log=lines.append)
