@@ -99,8 +99,11 @@ class ModelSpec(_Strict):
     )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         default=None,
-        description="Weight dtype when loading. `null` loads float32 (use it on CPU); `bfloat16` "
-        "on a GPU halves the memory and turns on bf16 mixed-precision training (paper profile).",
+        description="Compute dtype of training (mixed precision). Trained weights, their "
+        "gradients and the optimiser state stay float32 whatever this says (a bf16 weight "
+        "cannot take updates at lr 1e-6); `bfloat16` runs the passes under bf16 autocast (the "
+        "paper profile) and, with LoRA, stores the frozen base model in bf16; `float16` is fp16 "
+        "autocast with loss scaling (GPU only); `null` computes in float32 (use it on CPU).",
     )
 
 

@@ -179,10 +179,34 @@ def load_model(path: str, config: StageConfig, device: str):
             f"model.path: the tokenizer of {path} has no chat template; use an instruct model "
             f"or one whose tokenizer defines chat_template"
         )
-    dtype = getattr(torch, config.model.dtype) if config.model.dtype else torch.float32
+    dtype = getattr(torch, weight_dtype(config))
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.to(device)
     return model, tokenizer
+
+
+def weight_dtype(config: StageConfig) -> str:
+    """The dtype the stage loads its weights in: float32 for every weight it trains.
+
+    ``model.dtype`` is the compute dtype (:func:`precision_args`): a full fine-tune keeps its
+    weights, gradients and AdamW state in float32 and computes in bf16 under autocast, since a
+    bf16 weight cannot take the paper's updates (at lr 1e-6 most round to nothing). With LoRA
+    only the adapters train, and PEFT keeps them in float32: the frozen base model is stored in
+    ``model.dtype``, which halves its memory.
+    """
+    if config.lora.enabled and config.model.dtype:
+        return config.model.dtype
+    return "float32"
+
+
+def precision_args(config: StageConfig, device: str) -> dict[str, bool]:
+    """The trainer's mixed-precision switches for ``model.dtype``: ``bfloat16`` runs forward and
+    backward passes under bf16 autocast (on CPU too, where torch supports it), ``float16`` under
+    fp16 autocast with loss scaling (CUDA only); ``null``/``float32`` computes in float32."""
+    compute = config.model.dtype
+    if compute == "float16" and device != "cuda":
+        raise ConfigError("model.dtype: float16 needs a GPU; use bfloat16 or null on CPU")
+    return {"bf16": compute == "bfloat16", "fp16": compute == "float16"}
 
 
 def prepare_model(
@@ -303,20 +327,38 @@ def rank_batch(config: StageConfig, world_size: int) -> tuple[int, int]:
     plans_per_question`` completions in all (TRL's generation batch is per-device batch x
     processes x accumulation steps).
 
-    Each rank gets whole question groups (``questions_per_step`` must be a multiple of the
-    number of processes: the recursive stage pairs groups and routing coverage spreads a group's
-    plans over workers within one rank's batch) and a forward pass never takes more than
-    ``micro_batch_size`` completions.
+    A question's group of plans may span ranks: TRL gathers the rewards of every process before
+    it normalises them per group, so any number of ranks that divides a step's completions works
+    (the paper profile's 4 x 64 on 2, 8 or 16 GPUs). Two mechanisms need more:
+    ``experimental.routing_coverage`` (a tiny-profile aid) spreads a group's plans over workers
+    within one rank's batch, so each rank takes whole groups; the recursive stage pairs a
+    round-1 group with the round-2 group that continues it on one rank
+    (:func:`~conductor_core.train.recursive.rank_pairs`), so each rank takes whole pairs of
+    groups. A forward pass never takes more than ``micro_batch_size`` completions.
     """
     if world_size <= 1:
         return config.micro_batch, config.accumulation_steps
-    if config.questions_per_step % world_size:
+    total = config.completions_per_step
+    fix = "change questions_per_step or torchrun's --nproc-per-node / the number of nodes"
+    if total % world_size:
+        raise ConfigError(
+            f"questions_per_step x plans_per_question ({total}) must be a multiple of the number "
+            f"of training processes ({world_size}): each rank takes an equal share; {fix}"
+        )
+    groups, extra = divmod(config.questions_per_step, world_size)
+    if config.experimental.routing_coverage and extra:
         raise ConfigError(
             f"questions_per_step ({config.questions_per_step}) must be a multiple of the number "
-            f"of training processes ({world_size}): each rank takes whole question groups; change "
-            f"questions_per_step or torchrun's --nproc-per-node / the number of nodes"
+            f"of training processes ({world_size}) with experimental.routing_coverage: it spreads "
+            f"a question's plans over workers within one rank; {fix}"
         )
-    per_rank = config.completions_per_step // world_size
+    if config.stage == "recursive" and config.recursive.forced_fraction and (extra or groups % 2):
+        raise ConfigError(
+            f"questions_per_step ({config.questions_per_step}) must be a multiple of twice the "
+            f"number of training processes ({2 * world_size}) in the recursive stage: each rank "
+            f"holds whole (round-1, round-2) pairs of question groups; {fix}"
+        )
+    per_rank = total // world_size
     micro = math.gcd(config.micro_batch, per_rank)
     return micro, per_rank // micro
 
@@ -372,7 +414,7 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
         "seed": config.seed,
         "data_seed": config.seed,
         "use_cpu": device == "cpu",
-        "bf16": device == "cuda" and config.model.dtype == "bfloat16",
+        **precision_args(config, device),
         "disable_tqdm": not progress,
         "log_completions": False,
         "shuffle_dataset": True,

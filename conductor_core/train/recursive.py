@@ -7,9 +7,10 @@ A generation batch holds ``B`` groups of ``G`` plans (one group per question). T
 does): group ``2j`` holds round-1 plans for a question, and group ``2j + 1`` holds round-2 plans
 for the same question, each written after seeing a round-1 plan of group ``2j`` and its final
 answer (a new plan, or three empty lists to keep the answer). Other groups are ordinary
-single-round groups. Row ``i`` of a round-2 group continues row ``i`` of its round-1 group (the
-paper's sampling), so every forced pair brings ``G`` recursion contexts, each drawn as the policy
-answers.
+single-round groups (under data parallelism the pairs are laid out over the whole step's
+batch and each rank holds whole pairs: :func:`rank_pairs`). Row ``i`` of a round-2 group
+continues row ``i`` of its round-1 group (the paper's sampling), so every forced pair brings
+``G`` recursion contexts, each drawn as the policy answers.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
 second round (both through :func:`~conductor_core.solve.solve`; a round-2 plan that does not parse
@@ -62,6 +63,20 @@ class _Batch:
 def forced_pairs(groups: int, fraction: float) -> int:
     """How many (round-1, round-2) group pairs a batch of ``groups`` groups gets."""
     return max(0, min(groups // 2, round(groups * fraction / 2)))
+
+
+def rank_pairs(groups: int, fraction: float, rank: int = 0, world_size: int = 1) -> int:
+    """The forced pairs among this rank's ``groups`` groups under data parallelism.
+
+    The pairs are laid out over the whole step's batch (``groups x world_size`` groups, each
+    rank holding a contiguous run of them): the first ``2 * forced_pairs(all groups)`` groups
+    are paired, so ``fraction`` is the share of the step's plans, not of each rank's, and two
+    groups per rank still give forced pairs. A rank holds an even number of groups
+    (:func:`~conductor_core.train.grpo.rank_batch` checks it), so no pair spans two ranks.
+    """
+    paired_groups = 2 * forced_pairs(groups * world_size, fraction)
+    mine = min(groups, max(0, paired_groups - rank * groups))
+    return mine // 2
 
 
 def pair_rows(pairs: int, group: int) -> tuple[list[int], list[int]]:
@@ -132,7 +147,12 @@ def make_recursive_trainer_class():
             g = self.num_generations
             mode = "train" if self.model.training else "eval"
             self.rounds.clear()
-            pairs = forced_pairs(len(inputs) // g, self.forced_fraction) if mode == "train" else 0
+            pairs = 0
+            if mode == "train":
+                acc = self.accelerator
+                pairs = rank_pairs(
+                    len(inputs) // g, self.forced_fraction, acc.process_index, acc.num_processes
+                )
             batch = _Batch(inputs=inputs, pairs=pairs)
             batch.first_rows, batch.second_rows = pair_rows(pairs, g)
             for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):

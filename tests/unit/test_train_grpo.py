@@ -14,6 +14,7 @@ from conductor_core.train.recursive import (
     is_keep_text,
     pair_rows,
     prompt_token_ids,
+    rank_pairs,
 )
 from tests.support.train_configs import small
 
@@ -70,7 +71,7 @@ def test_is_keep_text():
 
 
 def test_paper_profile_recursive_batch_composition_and_discount():
-    """The paper: 4 questions x 64 plans, half of each batch forced into a second round, every
+    """The paper: 64 plans a question, half of each batch forced into a second round, every
     forced round-2 plan continuing its own round-1 plan, round-1 advantages discounted by 0.25."""
     import torch
 
@@ -79,13 +80,27 @@ def test_paper_profile_recursive_batch_composition_and_discount():
     groups, g = config.questions_per_step, config.plans_per_question
     pairs = forced_pairs(groups, spec.forced_fraction)
     first, second = pair_rows(pairs, g)
-    assert (groups, g) == (4, 64)
+    assert (groups, g) == (32, 64)
     assert len(first) + len(second) == groups * g // 2  # half of the batch's plans
-    assert second == list(range(g, 2 * g)) and first == list(range(g))  # 64 contexts per step
+    assert first[:g] == list(range(g)) and second[:g] == list(range(g, 2 * g))
     advantages = torch.ones(groups * g)
     discount_rows(advantages, first, spec.first_round_discount)
-    assert advantages[:g].tolist() == [0.25] * g and advantages[g:].tolist() == [1.0] * 3 * g
+    assert advantages[:g].tolist() == [0.25] * g and advantages[g : 2 * g].tolist() == [1.0] * g
     assert pair_rows(2, 3) == ([0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11])
+
+
+@pytest.mark.parametrize("world", [1, 2, 8, 16])
+def test_forced_pairs_are_a_share_of_the_whole_step_over_ranks(world):
+    """Over any number of ranks the step forces the same pairs as on one process: the paper
+    profile's half of 32 groups, even where a rank holds two groups (16 GPUs), where a
+    per-rank count would round to none."""
+    groups = 32 // world
+    per_rank = [rank_pairs(groups, 0.5, rank, world) for rank in range(world)]
+    assert sum(per_rank) == forced_pairs(32, 0.5) == 8
+    assert all(2 * pairs <= groups for pairs in per_rank)
+    assert forced_pairs(2, 0.5) == 0  # what each of 16 ranks would force on its own
+    assert [rank_pairs(4, 1.0, r, 2) for r in (0, 1)] == [2, 2]
+    assert [rank_pairs(4, 0.25, r, 2) for r in (0, 1)] == [1, 0]
 
 
 def test_init_from_must_be_a_model_dir(tmp_path):

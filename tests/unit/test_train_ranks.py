@@ -78,7 +78,31 @@ def test_each_rank_takes_its_share_of_the_step(tmp_path):
     assert rank_batch(config, 2) == (2, 8)
 
 
-def test_a_rank_takes_whole_question_groups(tmp_path):
-    config = small(tmp_path, questions_per_step=3)
-    with pytest.raises(ConfigError, match=r"questions_per_step \(3\).*processes \(2\)"):
-        rank_batch(config, 2)
+@pytest.mark.parametrize("stage", ["base", "adaptive", "recursive"])
+@pytest.mark.parametrize("world", [2, 8, 16])
+def test_the_paper_profile_splits_a_step_over_ranks(stage, world):
+    """4 x 64 plans over 2, 8 or 16 GPUs (a group of 64 then spans ranks: TRL normalises
+    rewards after gathering them); the recursive stage's 32 x 64 in whole pairs of groups."""
+    from conductor_core.train.config import build_config
+
+    config = build_config(stage=stage, profile="paper")
+    micro, accumulation = rank_batch(config, world)
+    assert micro * accumulation * world == config.completions_per_step
+    assert micro <= config.micro_batch
+    if stage == "recursive":
+        assert (config.questions_per_step // world) % 2 == 0
+
+
+def test_only_whole_group_mechanisms_need_whole_groups(tmp_path):
+    # 3 questions x 2 plans over 2 ranks: a group spans both ranks, which plain GRPO allows
+    plain = small(tmp_path, questions_per_step=3, experimental={"routing_coverage": 0})
+    assert rank_batch(plain, 2) == (3, 1)
+    with pytest.raises(ConfigError, match=r"\(6\) must be a multiple .* processes \(4\)"):
+        rank_batch(plain, 4)
+    coverage = small(tmp_path, questions_per_step=3, experimental={"routing_coverage": 2})
+    with pytest.raises(ConfigError, match=r"questions_per_step \(3\).*routing_coverage"):
+        rank_batch(coverage, 2)
+    recursive = small(tmp_path, stage="recursive", questions_per_step=4)
+    assert rank_batch(recursive, 2) == (4, 1)
+    with pytest.raises(ConfigError, match=r"questions_per_step \(4\).*twice.*\(8\)"):
+        rank_batch(recursive, 4)
