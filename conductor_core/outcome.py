@@ -1,10 +1,12 @@
 """A solved question, graded: the one record that the training reward and evaluation share.
 
 :class:`Outcome` is the :class:`~conductor_core.workflow.trace.TraceSummary` of a
-:func:`~conductor_core.solve.solve` trace plus its verdict and the paper's reward (0 for a format
-error, 0.5 wrong, 1 right, ``None`` when infrastructure spoiled it). Evaluation records extend it
-with where they came from; the reward averages several executions of one plan with
-:func:`combine`.
+:func:`~conductor_core.solve.solve` trace plus its verdict and the paper's reward
+(:func:`conductor_core.tasks.grading.reward`): 0 for a plan that does not parse (in round 1 or,
+continuing a round, in a later one) or that failed by its own fault, 0.5 wrong, 1 right, ``None``
+only when infrastructure spoiled it. Evaluation records extend it with where they came from (a
+plan failure is a wrong answer there, not an infrastructure failure); the reward averages several
+executions of one plan with :func:`combine`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
+from conductor_core.tasks.grading import WRONG_REWARD
 from conductor_core.tasks.problem import Problem
 from conductor_core.workflow.trace import SolveTrace, TraceSummary
 
@@ -23,7 +26,8 @@ class Outcome(TraceSummary):
     domain: str = ""
     correct: bool = False
     reward: float | None = Field(
-        default=None, description="0 format error, 0.5 wrong, 1 right; None: infrastructure."
+        default=None,
+        description="0 format error or plan failure, 0.5 wrong, 1 right; None: infrastructure.",
     )
     verdict_reason: str = ""
     answer_reward: float | None = Field(
@@ -35,15 +39,20 @@ class Outcome(TraceSummary):
 
     @property
     def kept_reward(self) -> float | None:
-        """The reward of keeping ``answer`` in a later round: its own grade."""
+        """The reward of keeping ``answer`` in a later round: its own grade. A round that left no
+        answer (its plan did not parse or failed, reward 0) has nothing to keep: keeping is then
+        a parsed plan without an answer, a wrong one (0.5), as a later round's keep scores it."""
+        if self.answer is None and self.reward is not None:
+            return WRONG_REWARD
         return self.reward if self.answer_reward is None else self.answer_reward
 
 
 async def grade(
     problem: Problem, summary: TraceSummary | SolveTrace, *, timeout_s: float = 10.0
 ) -> Outcome:
-    """Grade a solved question's answer for ``problem`` (no grading after a format error or an
-    infrastructure failure: those decide the reward alone)."""
+    """Grade a solved question's answer for ``problem`` (no grading after a format error, a plan
+    failure or an infrastructure failure of the first round run: those decide the reward alone,
+    whatever answer an earlier round left)."""
     from conductor_core.tasks import grading
 
     if isinstance(summary, SolveTrace):
@@ -55,6 +64,9 @@ async def grade(
     elif summary.format_error:
         out.verdict_reason = f"format error: {summary.format_error_code}"
         out.reward = grading.reward(plan_ok=False, verdict=None)
+    elif summary.plan_failure is not None:
+        out.verdict_reason = f"plan failure: {summary.plan_failure}"
+        out.reward = grading.reward(plan_ok=True, verdict=None, plan_failure=True)
     else:
         verdict = await grading.agrade(problem, summary.answer, timeout_s=timeout_s)
         out.correct = bool(verdict.correct)

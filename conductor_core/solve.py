@@ -6,8 +6,12 @@ above the plan source (:mod:`conductor_core.policy`) and the executor
 
 Round 1 asks for a plan; a plan that does not parse ends the question as a format error. Each
 further round shows the Conductor its previous plan and that plan's final answer; it writes a new
-plan or three empty lists (keep the answer). A later round whose plan does not parse, or whose
-execution is spoiled by infrastructure, keeps the previous answer. Budgets are shared by all rounds.
+plan or three empty lists (keep the answer). A later round whose plan does not parse, fails by its
+own fault (``plan_failure``: a budget it ran out of, a worker request it made that was rejected),
+or whose execution is spoiled by infrastructure, keeps the previous answer: a serving decision, the
+best answer there is. The trace still records the first round run's failure (``format_error``,
+``plan_failure``, ``infra_error``), which is what the training reward scores. Budgets are shared by
+all rounds.
 
 ``solve(..., on_answer_delta=...)`` streams the answer as it is written: the last step of the
 last round that can run (``max_rounds``) is called with streaming. Earlier rounds are not streamed,
@@ -16,7 +20,7 @@ in the trace.
 
 ``solve(..., previous=...)`` continues from a round already run elsewhere (the recursive training
 stage scores a second-round plan this way): the first round it runs is then that round's successor,
-and its format or infrastructure failure is the trace's.
+and its format error, plan failure or infrastructure failure is the trace's.
 
 Each round's worker calls are new samples (:func:`round_sample_index`): a later round that asks a
 worker the same subtask again gets a fresh reply, as a real model sampled anew gives, not round 1's
@@ -191,8 +195,12 @@ async def solve(
         trace.input_tokens += wf_trace.input_tokens
         trace.output_tokens += wf_trace.output_tokens
         trace.cost += wf_trace.cost
-        if wf_trace.infra_error:
-            trace.infra_error = r == start
+        if wf_trace.infra_error or wf_trace.plan_failure is not None:
+            # No answer from this round: a later round keeps the previous one (as for a plan
+            # that does not parse); the first round run's failure is the trace's.
+            if r == start:
+                trace.infra_error = wf_trace.infra_error
+                trace.plan_failure = wf_trace.plan_failure
             break
         answer = wf_trace.answer
         # The Conductor sees its own completion, as the authors' code shows it: any text a

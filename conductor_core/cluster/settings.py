@@ -601,6 +601,17 @@ class TrainJobSettings(BaseModel):
         description="torchrun: run 'conductor train' under torchrun (reads the PET_* variables "
         "the torch runtime sets); none: run 'conductor train' directly.",
     )
+    sharding: Literal["auto", "none", "fsdp2"] = Field(
+        default="auto",
+        description="How the training state is split over the TrainJob's processes. fsdp2: "
+        "PyTorch FSDP2 through accelerate, fully sharded (ZeRO-3's plan) with fp32 master "
+        "weights and bf16 compute (conductor_core/resources/train/accelerate/"
+        "fsdp2-full-shard.yaml, given to the nodes as the environment accelerate launch derives "
+        "from it): what a full fine-tune of the paper's 7B needs on 80 GB GPUs (docs/training.md, "
+        "'Memory at the paper's scale'). none: plain DDP, every process holds the whole model "
+        "(LoRA, small models). auto: fsdp2 for a full fine-tune of a real model on GPUs (the "
+        "stage config's device: cuda, lora off, model not tiny: the paper profile), else none.",
+    )
     num_nodes: int = Field(default=2, ge=1, description="Training nodes (pods) of the TrainJob.")
     num_proc_per_node: int | None = Field(
         default=None,

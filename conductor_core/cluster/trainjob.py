@@ -6,7 +6,11 @@ The job references a (Cluster)TrainingRuntime (``torch-distributed`` by default)
 
 * ``spec.trainer``: the image, ``[torchrun --no-python] conductor train --stage S --config
   /etc/conductor/stage.yaml``, the environment (plain values and ``secretKeyRef``\\s), ``numNodes``,
-  ``numProcPerNode`` and ``resourcesPerNode``;
+  ``numProcPerNode`` and ``resourcesPerNode``. The environment carries the sharding plan
+  (``trainjob.sharding``, :mod:`conductor_core.cluster.sharding`): for ``fsdp2`` the variables
+  ``accelerate launch`` derives from the plan's accelerate config (``ACCELERATE_USE_FSDP``,
+  ``ACCELERATE_MIXED_PRECISION``, ``FSDP_*``), so torchrun stays the launcher the torch runtime
+  expects; a variable ``gpu.env`` sets itself keeps that value;
 * ``spec.runtimePatches``: one entry owned by this platform (``manager``) that patches the pod
   template of the runtime's ``node`` replicated job: node selector, tolerations, volumes
   (memory-backed ``/dev/shm``, the workspace, the ConfigMap holding the stage config), their
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_core.cluster.settings import ClusterSettings
+from conductor_core.cluster.sharding import launch_env, resolve_plan
 from conductor_core.errors import ConfigError
 
 TRAINER_GROUP = "trainer.kubeflow.org"
@@ -235,6 +240,15 @@ def trainer_command(stage: str, settings: ClusterSettings) -> tuple[list[str], l
     return command, ["train", "--stage", stage, "--config", config_path]
 
 
+def sharding_env(request: TrainJobRequest, settings: ClusterSettings) -> dict[str, str]:
+    """The environment of the sharding plan ``settings.trainjob.sharding`` resolves to for
+    ``request``'s stage (:func:`~conductor_core.cluster.sharding.resolve_plan`): empty for
+    ``none``, else what ``accelerate launch`` would set from the plan's accelerate config, less
+    the variables ``settings.gpu.env`` sets itself (those keep the value given there)."""
+    plan = resolve_plan(settings.trainjob.sharding, request.stage_config, request.stage)
+    return {k: v for k, v in launch_env(plan).items() if k not in settings.gpu.env}
+
+
 def build_configmap(
     name: str,
     namespace: str,
@@ -305,6 +319,7 @@ def build_trainjob(
         "CONDUCTOR_TRAINJOB": name,
         "CONDUCTOR_STAGE": request.stage,
         **gpu.sandbox.task_env(),
+        **sharding_env(request, settings),
         **dict(request.env),
     }
     trainer: dict[str, Any] = {

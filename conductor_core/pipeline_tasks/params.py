@@ -11,15 +11,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from conductor_core.errors import ConfigError
+from conductor_core.train.config import PROFILES, STAGES, build_config
 
-PROFILES = ("tiny", "paper")
-CPU_PROFILE = "tiny"
-"""The profile whose model trains, is evaluated and is registered on CPU pods (its training
-config says ``device: cpu``); every other profile gets GPU pods."""
+Placement = Literal["cpu", "gpu"]
+"""Where a profile's model trains, is evaluated and is registered when ``launcher=pod``:
+``cpu`` pods on the base image, or ``gpu`` pods on the train image."""
 LAUNCHERS = ("pod", "trainjob")
 METRICS = ("accuracy", "cost_per_question", "calls_per_question")
+
+
+def profile_placement(profile: str) -> Placement:
+    """Where ``profile``'s model trains, is evaluated and is registered: ``cpu`` when its
+    resolved base-stage training config says ``device: cpu``, else ``gpu`` (``cuda``, or
+    ``auto``, which takes a GPU where there is one). The pipeline branches on this, not on the
+    profile's name, so a profile YAML added to ``resources/train/profiles`` is placed by its
+    own ``device``. Raises :class:`ConfigError` for a profile that is not one of
+    :data:`PROFILES`, or whose config does not build."""
+    if profile not in PROFILES:
+        raise ConfigError(f"profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    device = build_config({}, stage="base", profile=profile).device
+    return "cpu" if device == "cpu" else "gpu"
 
 
 def _one_of(name: str, value: str, allowed: Sequence[str]) -> list[str]:
@@ -46,7 +60,9 @@ def check_training_params(
     s3_secret: str = "",
 ) -> dict[str, str]:
     """Check the training pipeline's parameters; raise one :class:`ConfigError` listing every
-    bad one. Returns the normalised values that later tasks may print.
+    bad one. Returns the normalised values that later tasks may print, among them
+    ``placement``: :func:`profile_placement` of the profile (``cpu`` or ``gpu``), which the
+    pipeline's branches follow.
 
     ``artifact_root`` (None: not checked) is checked by :func:`check_artifact_root` against
     what the cluster settings the pipeline was compiled with allow (``default_artifact_root``,
@@ -66,9 +82,15 @@ def check_training_params(
     if seed < -1:
         problems.append(f"seed: {seed}; give -1 (the profile's) or a seed of 0 or more")
     problems += _check_pool_and_baselines(pool, baselines)
-    problems += check_profile_pool(profile, pool)
+    profile_problems = check_profile_pool(profile, pool)
+    problems += profile_problems
     problems += _check_curation(curation_config)
     checked = {"profile": profile, "launcher": launcher, "metric": metric, "baselines": baselines}
+    if profile in PROFILES and not profile_problems:  # else the problem is named already
+        try:
+            checked["placement"] = profile_placement(profile)
+        except ConfigError as exc:
+            problems.append(str(exc))
     if artifact_root is not None:
         root, found = check_artifact_root(
             artifact_root,
@@ -163,23 +185,27 @@ def check_artifact_root(
 
 
 def check_profile_pool(profile: str, pool: str) -> list[str]:
-    """The training config's own check of ``profile`` with ``pool`` (each stage's): a GPU
-    profile (paper) trains a real model and refuses a simulated pool, on which GPU hours would
-    learn a toy routing. Run here, by the parameter check, it stops the run before any GPU pod
-    is scheduled, instead of in the first training task."""
+    """The training config's own check of ``profile`` with ``pool`` (each stage's): a profile
+    that trains a real model (paper) refuses a simulated pool, on which it would learn a toy
+    routing, unless its ``data.allow_simulated_pool`` says so (small). Run here, by the
+    parameter check, it stops the run before any training pod is scheduled, instead of in the
+    first training task."""
     if profile not in PROFILES:
         return []
     from conductor_core.pipeline_tasks.context import pool_path
-    from conductor_core.train.config import STAGES, build_config
 
     for stage in STAGES:
         try:
             build_config({"data": {"pool": pool_path(pool)}}, stage=stage, profile=profile)
         except ConfigError as exc:
             if "simulated pool" in str(exc):
+                try:
+                    where = " on GPUs" if profile_placement(profile) == "gpu" else " on CPUs"
+                except ConfigError:
+                    where = ""
                 return [
                     f"pool: {pool!r} is a simulated pool, and the {profile} profile trains a "
-                    "real model on GPUs (it would learn a toy routing); give a pool YAML of "
+                    f"real model{where} (it would learn a toy routing); give a pool YAML of "
                     "real workers"
                 ]
             return [f"profile {profile!r} with pool {pool!r}: {exc}"]

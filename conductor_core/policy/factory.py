@@ -7,9 +7,11 @@ from typing import Any
 
 from conductor_core.errors import ConductorError
 from conductor_core.policy.base import PlanSource
+from conductor_core.policy.pretrained import is_pretrained_name
 
 ACCEPTED_FORMS = (
     "'scripted' (deterministic heuristic plans), 'tiny' (the built-in tiny local model), "
+    "'smollm2-135m-instruct' (the bundled pretrained SmolLM2-135M-Instruct, offline), "
     "an http(s) URL of an OpenAI-compatible endpoint serving the Conductor, "
     "a local model directory written by save_pretrained, "
     "or a registered or stored model (models:/NAME@ALIAS, runs:/..., s3://BUCKET/PREFIX)"
@@ -31,6 +33,9 @@ def load_plan_source(
       verify);
     * ``"tiny"``: the default tiny Conductor (built on first use) on transformers (``kw`` as for
       :class:`~conductor_core.policy.local.TransformersPlanSource`);
+    * ``"smollm2-135m-instruct"``: the bundled pretrained SmolLM2-135M-Instruct (its 4-bit GGUF
+      dequantized, converted on first use: :mod:`~conductor_core.policy.pretrained`), as a
+      directory; the name wins over a folder of that name (give ``./smollm2-135m-instruct``);
     * ``http://...`` or ``https://...``: :class:`~conductor_core.policy.openai_policy.
       OpenAIPlanSource`; ``model`` names the served model (None: the only one the server lists);
     * an existing directory: a :class:`~conductor_core.policy.local.TransformersPlanSource`;
@@ -44,7 +49,8 @@ def load_plan_source(
     sent the grammar by ``structured=True`` (vLLM's structured outputs) instead.
 
     Anything else raises :class:`ConductorError` naming the accepted forms. No model is
-    loaded here; only ``"tiny"`` (built on first use) and the stored forms (downloaded) do work.
+    loaded here; only ``"tiny"`` (built on first use), ``"smollm2-135m-instruct"`` (converted on
+    first use) and the stored forms (downloaded) do work.
     """
     text = (spec or "").strip()
     lowered = text.lower()
@@ -57,6 +63,11 @@ def load_plan_source(
         from conductor_core.policy.tiny import default_tiny_dir
 
         return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
+    if is_pretrained_name(text):
+        from conductor_core.policy.local import TransformersPlanSource
+        from conductor_core.policy.pretrained import pretrained_model_dir
+
+        return TransformersPlanSource(pretrained_model_dir(), plan_grammar=plan_grammar, **kw)
     if lowered.startswith(("http://", "https://")):
         from conductor_core.policy.openai_policy import OpenAIPlanSource
 

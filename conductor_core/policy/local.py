@@ -12,6 +12,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.policy.pretrained import resolve_model_path
 from conductor_core.workflow.prompts import (
     PromptSpec,
     PromptStyle,
@@ -68,6 +69,9 @@ def trained_plan_tokens(model_dir: str | Path, given: int | None) -> int:
 class TransformersPlanSource:
     """Plans from a local transformers causal LM (loaded lazily, on first use).
 
+    ``model_dir``: a ``save_pretrained`` folder, or (a string) ``"smollm2-135m-instruct"``, the
+    bundled pretrained model (:func:`~conductor_core.policy.pretrained.resolve_model_path`).
+
     Generation runs in a worker thread (``asyncio.to_thread``) under a lock, so concurrent
     ``plan`` calls queue rather than corrupt the model's state. With ``seed`` set, each call seeds
     torch with ``seed + sample_index`` (of the batch's first request in :meth:`plan_many`), so a
@@ -108,6 +112,9 @@ class TransformersPlanSource:
             raise ConfigError(f"top_p must be in (0, 1], got {top_p}")
         if max_subtask_chars is not None and max_subtask_chars < 1:
             raise ConfigError(f"max_subtask_chars must be at least 1, got {max_subtask_chars}")
+        # A string may name the bundled pretrained model (converted on first use); a Path is a path.
+        if isinstance(model_dir, str):
+            model_dir = resolve_model_path(model_dir)
         self.model_dir = Path(model_dir).expanduser()
         self.max_new_tokens = trained_plan_tokens(self.model_dir, max_new_tokens)
         self.temperature = temperature

@@ -132,7 +132,8 @@ def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
 
 
 def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
-    """Where the stage's starting weights are: ``init_from``, a built tiny model, or a model id."""
+    """Where the stage's starting weights are: ``init_from``, a built tiny model, the bundled
+    ``smollm2-135m-instruct`` (its converted folder), or a model id."""
     if config.init_from:
         if config.init_from.startswith(("s3://", "models:/", "runs:/")):
             from conductor_core.track.registry import load_model_dir
@@ -162,7 +163,10 @@ def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
                 corpus=tiny_corpus(problems, pool_size, config),
             )
         return str(out)
-    return config.model.path
+    from conductor_core.policy.pretrained import resolve_model_path
+
+    # `smollm2-135m-instruct`: the bundled model's folder (converted once, then cached).
+    return resolve_model_path(config.model.path)
 
 
 def load_model(path: str, config: StageConfig, device: str):
@@ -699,8 +703,9 @@ def run_stage(
             stop_reward_loop(trainer)
         steps = int(trainer.state.global_step)
         model_dir = out / MODEL_DIR
+        state = sharded_state_dict(trainer)  # a collective: every rank takes part
         if main:
-            _save_outputs(config, trainer, tokenizer, model_dir, say)
+            _save_outputs(config, trainer, tokenizer, model_dir, say, state)
         summary = summarize_history(history)
         summary.update(
             stage=config.stage,
@@ -748,15 +753,32 @@ def _quiet(message: str) -> None:
     """The log of ranks other than 0: the main process says it once."""
 
 
+def sharded_state_dict(trainer: Any) -> dict[str, Any] | None:
+    """Under FSDP (the TrainJob's sharding plan, ``cluster/sharding.py``) the whole model's
+    state gathered to rank 0, which every rank must call; None when the weights are not
+    sharded (each process holds them whole)."""
+    if not getattr(trainer, "is_fsdp_enabled", False):
+        return None
+    return trainer.accelerator.get_state_dict(trainer.model)
+
+
 def _save_outputs(
-    config: StageConfig, trainer: Any, tokenizer: Any, model_dir: Path, say: Callable[[str], None]
+    config: StageConfig,
+    trainer: Any,
+    tokenizer: Any,
+    model_dir: Path,
+    say: Callable[[str], None],
+    state: dict[str, Any] | None = None,
 ) -> None:
-    """The final model folder (LoRA merged), its prompt spec and its copy at ``model_uri``
-    (the main process only)."""
+    """The final model folder (LoRA merged; from ``state``, the gathered weights, under FSDP),
+    its prompt spec and its copy at ``model_uri`` (the main process only)."""
     final = trainer.model
-    if config.lora.enabled and hasattr(final, "merge_and_unload"):
-        final = final.merge_and_unload()
-    final.save_pretrained(model_dir)
+    if state is not None:
+        trainer.accelerator.unwrap_model(final).save_pretrained(model_dir, state_dict=state)
+    else:
+        if config.lora.enabled and hasattr(final, "merge_and_unload"):
+            final = final.merge_and_unload()
+        final.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     save_prompt_spec(
         model_dir,

@@ -13,9 +13,10 @@ continues row ``i`` of its round-1 group (the paper's sampling), so every forced
 ``G`` recursion contexts, each drawn as the policy answers.
 
 Rewards: a round-1 row scores its own answer; a round-2 row scores the final answer after the
-second round (both through :func:`~conductor_core.solve.solve`; a round-2 plan that does not parse
-keeps the answer, as in deployment, and scores it, unless ``experimental.truncated_is_format_error``
-makes a cut-off plan a format error scoring 0). Round-1 groups get GRPO's group-normalised
+second round (both through :func:`~conductor_core.solve.solve`). A round-2 plan that does not
+parse, or fails by its own fault, scores 0 as in round 1 (the paper's rule), although deployment
+keeps the previous answer then; ``experimental.truncated_is_format_error`` also makes a cut-off
+plan a format error, not run, even when its lists parse. Round-1 groups get GRPO's group-normalised
 advantages, those of forced round-1 rows multiplied by ``first_round_discount`` (the paper:
 0.25). A round-2 row's advantage is measured against what keeping is worth, known exactly: its
 final reward minus the reward of the round-1 answer it continues. That baseline depends on the
@@ -350,9 +351,9 @@ def recursion_metrics(firsts: Sequence[Outcome], seconds: Sequence[Outcome]) -> 
 
     ``keep_discrimination`` is P(keep | round 1 right) - P(keep | round 1 wrong): 0 for a policy
     that keeps at random (whatever its keep rate), 1 for one that keeps exactly the right answers.
-    As deployment decides (a round-2 plan that does not parse keeps the answer as well):
-    ``answer_kept_when_right`` is P(no new plan | right) and ``new_plan_discrimination``
-    P(new plan | wrong) - P(new plan | right).
+    As deployment decides (a round-2 plan that does not parse keeps the answer as well, though
+    training scores it 0): ``answer_kept_when_right`` is P(no new plan | right) and
+    ``new_plan_discrimination`` P(new plan | wrong) - P(new plan | right).
     """
     right, wrong = by_first_answer(firsts, list(zip(firsts, seconds, strict=True)))
     scored1 = [a.reward for a in firsts if a.reward is not None]

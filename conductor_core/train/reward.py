@@ -1,18 +1,29 @@
 """The GRPO reward: each completion is run through :func:`~conductor_core.solve.solve` (the one
 place a plan is executed, in training, evaluation and serving) and graded.
 
-Reward per completion: 0 when the plan does not parse, 0.5 when it parses but the answer is wrong,
-1 when right, and ``None`` when the execution was spoiled by an infrastructure failure (TRL then
-leaves that sample out of the update). With ``executions_per_plan > 1`` the reward is the mean
-over the executions that were not spoiled (:func:`conductor_core.outcome.combine`).
+Reward per completion (:func:`conductor_core.tasks.grading.reward`, through
+:func:`conductor_core.outcome.grade`):
+
+- 0 when the plan does not parse, in any round (a recursion round's plan that does not parse
+  scores 0, though deployment keeps the previous answer then);
+- 0 when it parses but fails by its own fault (``plan_failure``: it ran out of its budget, its
+  deadline included, or a worker rejected a request it made, e.g. a prompt longer than the
+  worker's context; :func:`conductor_core.workers.types.is_plan_fault` decides for errors);
+- 0.5 when it parses and runs but the answer is wrong, 1 when right;
+- ``None`` only when infrastructure spoiled the execution (429, 5xx, connection errors, a
+  worker's own timeout, a failed sandbox or judge): TRL then leaves that sample out of the
+  update.
+
+With ``executions_per_plan > 1`` the reward is the mean over the executions that were not spoiled
+(:func:`conductor_core.outcome.combine`).
 
 Cost-aware training (``reward.cost_weight`` = w, 0 by default): a right answer's bonus over a
 wrong one shrinks with its cost relative to the pool's reference cost ``c_ref``:
 ``reward = graded - (graded - 0.5) × min(1, w × cost / c_ref)`` (:func:`cost_adjusted`; cost in
-dollars for one execution, worker prices from the pool). Wrong answers, format errors and
-infrastructure failures are not charged, so cost never ranks a right answer below a wrong one and
-never rewards a cheap failure. ``Outcome.reward`` keeps the graded reward; the adjusted one is
-what the trainer gets.
+dollars for one execution, worker prices from the pool). Wrong answers, format errors, plan
+failures and infrastructure failures are not charged, so cost never ranks a right answer below a
+wrong one and never rewards a cheap failure. ``Outcome.reward`` keeps the graded reward; the
+adjusted one is what the trainer gets.
 
 TRL runs async reward functions on a background event-loop thread: :class:`ConductorReward`
 creates its :class:`~conductor_core.workers.pool.WorkerPool` lazily inside the loop that calls
@@ -90,8 +101,9 @@ async def score_plan(
 
     In a recursion round (``previous`` given) the plan continues that round: three empty lists
     keep the previous answer, which is then graded; steps with ``"all"`` access see it. A plan
-    that does not parse there also keeps it (as in deployment): the outcome is a format error
-    whose reward is the kept answer's.
+    that does not parse there, or fails by its own fault, scores 0 (the paper's rule), although
+    deployment keeps the previous answer then: the outcome's ``answer`` is that kept answer, its
+    reward 0.
 
     ``placement`` maps the ids the plan names to pool ids where they differ (descriptor mode's
     ``adaptive.renumber``); the outcome's ``workers`` are pool ids either way.
@@ -115,13 +127,7 @@ async def score_plan(
             sample_index=sample_index * executions + e,
             previous=previous,
         )
-        outcome = await grade(problem, trace)
-        if previous is not None and outcome.format_error and not outcome.infra_error:
-            # A recursion round whose plan does not parse keeps the previous answer, as solve()
-            # does in deployment: that answer's grade, the round still counted a format error.
-            kept = await grade(problem, trace.model_copy(update={"format_error": False}))
-            outcome = outcome.model_copy(update={"reward": kept.reward, "correct": kept.correct})
-        outcomes.append(outcome)
+        outcomes.append(await grade(problem, trace))
         if outcomes[-1].format_error or outcomes[-1].kept:
             break  # nothing runs, so another execution would give the same
     outcome = combine(outcomes)
@@ -143,9 +149,9 @@ def cost_adjusted(
     ``cost`` is the plan's cost in dollars for one execution (``outcome.cost`` summed over
     ``executions`` executions, so divided by it). Only the right part of a reward pays (with
     several executions, the share of them that were right): a wrong answer keeps its 0.5, a
-    format error its 0, an infrastructure failure its ``None``; a kept answer (recursion round
-    with three empty lists) runs nothing and costs nothing. ``cost_weight`` 0 returns the graded
-    reward unchanged.
+    format error or plan failure its 0, an infrastructure failure its ``None``; a kept answer
+    (recursion round with three empty lists) runs nothing and costs nothing. ``cost_weight`` 0
+    returns the graded reward unchanged.
 
     Raises:
         ValueError: ``cost_weight`` > 0 without a positive ``cost_reference``.
@@ -177,7 +183,8 @@ def summarize(
     best: Mapping[str, int] | None = None,
     adjust: Callable[[Outcome], float | None] | None = None,
 ) -> dict[str, float]:
-    """Batch metrics: reward, format-error and infra rates, steps, access, worker shares, cost.
+    """Batch metrics: reward, format-error, plan-failure and infra rates, steps, access, worker
+    shares, cost.
 
     ``reward_mean`` / ``reward_std`` are of the graded rewards; with ``adjust`` (the cost-aware
     reward, :meth:`ConductorReward.adjusted`), ``cost_penalty`` is the mean amount it took off
@@ -198,6 +205,7 @@ def summarize(
         "reward_mean": sum(scored) / len(scored) if scored else 0.0,
         "reward_std": _std(scored),
         "format_error_rate": 1 - len(parsed) / n,
+        "plan_failure_rate": sum(1 for o in outcomes if o.plan_failure is not None) / n,
         "infra_error_rate": sum(1 for o in outcomes if o.infra_error) / n,
         "mean_steps": steps_total / len(ran) if ran else 0.0,
         "all_access_share": sum(o.all_access_steps for o in ran) / steps_total

@@ -3,7 +3,8 @@ retries with backoff, a per-worker circuit breaker, an optional response cache, 
 accounting.
 
 :meth:`WorkerPool.call` never raises for a provider failure: it returns a :class:`CallResult`
-whose ``error``/``error_kind`` record the infrastructure failure (distinct from a wrong answer).
+whose ``error``/``error_kind`` record the failure (distinct from a wrong answer; whether the plan or
+the infrastructure caused it is :func:`~conductor_core.workers.types.is_plan_fault`'s to say).
 
 Retry policy (per call):
 
@@ -18,8 +19,9 @@ Retry policy (per call):
 
 Circuit breaker: ``retry.circuit_failure_threshold`` consecutive final failures open a worker's
 circuit for ``retry.circuit_reset_s``: calls then fail fast with ``circuit_open``; then one trial
-call is let through (half-open) and its success closes the circuit. Client errors (the request's
-fault) and the caller's deadline do not count as the worker's failures.
+call is let through (half-open) and its success closes the circuit. Failures of the request's own
+fault (client errors, a context overflow, the caller's deadline: ``is_plan_fault``) do not count
+as the worker's failures.
 
 Cache (``config.cache.enabled``): a hit returns ``cached=True`` with the stored text and usage and
 ``cost=0.0`` (nothing was spent); the original cost is kept in the cache row and summed in
@@ -59,14 +61,13 @@ from conductor_core.workers.types import (
     Provider,
     ProviderError,
     Usage,
+    is_plan_fault,
 )
 
 logger = logging.getLogger("conductor.workers")
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
-
-_NEUTRAL_KINDS = frozenset({ErrorKind.CLIENT, ErrorKind.DEADLINE})
 
 
 class _Relay:
@@ -383,7 +384,8 @@ class WorkerPool:
             if error.kind == ErrorKind.DEADLINE:
                 return self._failure(worker_id, start, retries, error), "neutral"
             if not error.retryable or retries >= worker.max_retries:
-                outcome = "neutral" if error.kind in _NEUTRAL_KINDS else "failure"
+                # a bad request (the plan's fault) says nothing about the worker's health
+                outcome = "neutral" if is_plan_fault(error.kind) else "failure"
                 return self._failure(worker_id, start, retries, error), outcome
 
             delay = retry_delay(

@@ -36,17 +36,34 @@ class Completion(BaseModel):
 
 
 class ErrorKind:
-    """Stable names for infrastructure failure kinds (used in traces and metrics)."""
+    """Stable names for worker-call failure kinds (used in traces and metrics). Whose fault each
+    is, the plan's or the infrastructure's, is decided by :func:`is_plan_fault`."""
 
     RATE_LIMIT = "rate_limit"  # HTTP 429
     SERVER = "server_error"  # HTTP 5xx
     CONNECTION = "connection_error"
-    TIMEOUT = "timeout"
+    TIMEOUT = "timeout"  # one attempt ran past the worker's timeout_s
     CIRCUIT_OPEN = "circuit_open"
-    DEADLINE = "deadline_exceeded"
+    DEADLINE = "deadline_exceeded"  # the caller's (the plan's) wall-clock budget ran out
     CLIENT = "client_error"  # other 4xx: not retried
+    CONTEXT_OVERFLOW = "context_overflow"  # the prompt is longer than the worker's context
     AUTH = "auth_error"  # missing or rejected credentials: not retried
     MALFORMED = "malformed_response"
+
+
+PLAN_FAULT_KINDS = frozenset({ErrorKind.CLIENT, ErrorKind.CONTEXT_OVERFLOW, ErrorKind.DEADLINE})
+"""Failure kinds that the request itself caused, so the plan that made it: a request the worker
+rejected as bad (a 4xx other than auth, 408 and 429), a prompt longer than the worker's context,
+and the plan's own deadline. Every other kind (rate limits, 5xx, connection errors, a worker's
+per-attempt timeout, an open circuit, credentials, unusable replies) is the infrastructure's."""
+
+
+def is_plan_fault(kind: str | None) -> bool:
+    """True when a call that failed with ``kind`` failed through the plan's own fault (see
+    :data:`PLAN_FAULT_KINDS`): the one place that decides it, for the reward (a plan failure
+    scores 0, an infrastructure failure is left out) and for the pool's circuit breaker (a bad
+    request says nothing about the worker's health)."""
+    return kind in PLAN_FAULT_KINDS
 
 
 class ProviderError(Exception):
@@ -95,7 +112,8 @@ class StreamingProvider(Provider, Protocol):
 
 
 class CallResult(BaseModel):
-    """The outcome of one pool call, success or recorded infrastructure failure. Never raised."""
+    """The outcome of one pool call, success or recorded failure (``error_kind`` says which kind,
+    :attr:`plan_fault` whose fault). Never raised."""
 
     worker: int
     model: str
@@ -112,3 +130,8 @@ class CallResult(BaseModel):
     def ok(self) -> bool:
         """True when the call produced a response."""
         return self.error is None
+
+    @property
+    def plan_fault(self) -> bool:
+        """True when the call failed through the plan's own fault (:func:`is_plan_fault`)."""
+        return self.error is not None and is_plan_fault(self.error_kind)

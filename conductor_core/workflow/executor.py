@@ -5,9 +5,16 @@ at once and an ``["all"]`` step after every earlier step; with index access afte
 Because a step only ever sees the steps its access grants, this gives the same results as running
 the steps strictly in order, and it is much faster when steps are independent.
 
-A step whose call finally fails is an infrastructure failure (recorded in the trace, never raised);
-steps that would read it are skipped. Budgets (steps, tokens, cost, wall-clock deadline) end the
-workflow early with a recorded reason: steps not yet started are skipped, steps in flight finish.
+A step whose call finally fails is recorded in the trace (never raised), with whose fault it was
+(``StepTrace.plan_fault``, decided by :func:`~conductor_core.workers.types.is_plan_fault`); steps
+that would read it are skipped. Budgets (steps, tokens, cost, wall-clock deadline) end the workflow
+early with a recorded reason: steps not yet started are skipped, steps in flight finish (a call
+still running at the deadline fails as ``deadline_exceeded``).
+
+A workflow left without an answer is either the plan's own failure (``plan_failure``: a budget it
+ran out of, or a worker error it caused, such as a prompt longer than the worker's context) or
+spoiled by infrastructure (``infra_error``: rate limits, server and connection errors, a worker's
+timeout); :func:`failure_cause` decides which, from the step the answer was to come from.
 
 ``on_answer_delta`` streams the answer: the last step's worker is called with ``on_delta`` (see
 :meth:`WorkerCaller.call`), so its reply reaches the caller piece by piece while it is written.
@@ -281,6 +288,7 @@ class _Run:
         st.cached = result.cached
         st.error = result.error
         st.error_kind = result.error_kind
+        st.plan_fault = result.plan_fault
         self.tokens += st.input_tokens + st.output_tokens
         self.cost += st.cost
         if result.error_kind == ErrorKind.DEADLINE:
@@ -302,12 +310,33 @@ class _Run:
                 if s.response and s.response.strip():
                     trace.answer, trace.answer_step = s.response, s.index
                     break
-        # The answer is spoiled by infrastructure when the last step failed, or was skipped
-        # because something it reads failed (budget stops are the plan's own outcome).
-        spoiled = last.error is not None or (
-            last.skipped is not None and last.skipped.startswith("dependency:")
-        )
-        trace.infra_error = spoiled and trace.answer is None
-        if self.stopped == "deadline":
-            trace.infra_error = trace.answer is None
+        if trace.answer is None:
+            trace.plan_failure, trace.infra_error = failure_cause(steps, last.index)
         return trace
+
+
+def failure_cause(steps: list[StepTrace], index: int) -> tuple[str | None, bool]:
+    """Why step ``index`` of ``steps`` (an execution's step traces) gave no reply: ``(plan
+    failure, infrastructure failure)``, at most one of them set.
+
+    A step skipped for a budget is the plan's failure (``budget:<name>``); one whose call failed
+    is the plan's (its error kind) when :func:`~conductor_core.workers.types.is_plan_fault` says
+    so, else the infrastructure's; one skipped because steps it reads gave nothing has their
+    cause. Of several such steps, a plan failure decides: it alone already left the step without
+    its input, whatever the infrastructure did. ``(None, False)`` for a step that replied.
+    """
+    by_index = {s.index: s for s in steps}
+
+    def cause(step: StepTrace) -> tuple[str | None, bool]:
+        if step.error is not None:
+            return (step.error_kind or "error", False) if step.plan_fault else (None, True)
+        if step.skipped is None:
+            return None, False
+        if step.skipped.startswith("budget:"):
+            return step.skipped, False
+        # skipped for a dependency: the causes of the steps it reads that gave nothing
+        causes = [cause(by_index[j]) for j in step.visible if j in by_index]
+        plan = next((p for p, _ in causes if p is not None), None)
+        return (plan, False) if plan is not None else (None, any(i for _, i in causes))
+
+    return cause(by_index[index])

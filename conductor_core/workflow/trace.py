@@ -29,6 +29,11 @@ class StepTrace(BaseModel):
     cached: bool = False
     error: str | None = None
     error_kind: str | None = None
+    plan_fault: bool = Field(
+        default=False,
+        description="The error was the plan's own fault (a request the worker rejected, a context "
+        "overflow, the plan's deadline: workers.types.is_plan_fault), not the infrastructure's.",
+    )
     skipped: str | None = Field(default=None, description="Why the step did not run, if not.")
     started_s: float | None = Field(default=None, description="Seconds since workflow start.")
     finished_s: float | None = None
@@ -44,6 +49,12 @@ class WorkflowTrace(BaseModel):
     answer_step: int | None = None
     stopped: str | None = Field(default=None, description="Budget or failure that ended it early.")
     infra_error: bool = Field(default=False, description="An infrastructure failure spoiled it.")
+    plan_failure: str | None = Field(
+        default=None,
+        description="The plan's own failure that left it without an answer: the budget it ran "
+        "out of (`budget:deadline`, `budget:max_tokens`, ...) or the kind of the worker error it "
+        "caused (`context_overflow`, `client_error`, `deadline_exceeded`). None: no such failure.",
+    )
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -72,7 +83,13 @@ class SolveTrace(BaseModel):
     rounds: list[RoundTrace] = Field(default_factory=list)
     answer: str | None = None
     format_error: bool = Field(default=False, description="The first round's plan did not parse.")
-    infra_error: bool = False
+    infra_error: bool = Field(
+        default=False, description="An infrastructure failure spoiled the first round's plan."
+    )
+    plan_failure: str | None = Field(
+        default=None,
+        description="The first round's plan failed by its own fault (WorkflowTrace.plan_failure).",
+    )
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -94,7 +111,14 @@ class TraceSummary(BaseModel):
     kept: bool = Field(
         default=False, description="A recursion round kept the previous answer (empty lists)."
     )
-    infra_error: bool = False
+    infra_error: bool = Field(
+        default=False, description="An infrastructure failure spoiled the first round run."
+    )
+    plan_failure: str | None = Field(
+        default=None,
+        description="The first round run's plan failed by its own fault, with no answer "
+        "(WorkflowTrace.plan_failure): scored 0, as a plan that does not parse.",
+    )
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -123,6 +147,7 @@ class TraceSummary(BaseModel):
             format_error_code=(first.plan_error or {}).get("code") if first else None,
             kept=any(r.kept_previous for r in trace.rounds),
             infra_error=trace.infra_error,
+            plan_failure=trace.plan_failure,
             calls=trace.calls,
             input_tokens=trace.input_tokens,
             output_tokens=trace.output_tokens,

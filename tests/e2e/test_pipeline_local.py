@@ -136,8 +136,8 @@ def test_a_bad_parameter_stops_the_run_with_one_clear_line(tmp_path):
     result = run_local("training", {"profile": "tinny"}, root=tmp_path, echo=lambda _: None)
     assert not result.ok
     assert result.error == (
-        "task 'check-params' failed: pipeline parameters: profile: 'tinny' is not one of tiny, "
-        "paper"
+        "task 'check-params' failed: pipeline parameters: profile: 'tinny' is not one of paper, "
+        "small, tiny"
     )
     started = {t.name for t in result.tasks}
     assert "check-params" in started and not started & {"curate", "train"}  # nothing ran on

@@ -1,10 +1,11 @@
 """The control flow of the training pipeline on KFP's local runner, on a small pipeline of the
 same shape (the real one trains for minutes: tests/e2e/test_pipeline_local.py runs it):
 
-- each stage is ``dsl.If``/``Elif``/``Else`` over the run's parameters, with one function as
-  two components on different images, joined by ``dsl.OneOf`` of their Model artifacts and
-  handed to the next stage (kfp's local runner needs ``pipelines.local._oneof_artifacts`` for
-  that: without it the run stops);
+- the real parameter check runs first, and each stage is ``dsl.If``/``Elif``/``Else`` over its
+  ``placement`` output (the profile's device: ``tiny`` and ``small`` on CPU, ``paper`` on GPUs),
+  with one function as two components on different images, joined by ``dsl.OneOf`` of their
+  Model artifacts and handed to the next stage (kfp's local runner needs
+  ``pipelines.local._oneof_artifacts`` for that: without it the run stops);
 - the evaluation is a ``ParallelFor`` with a ``dsl.Collected`` fan-in inside a condition;
 - an exit handler receives the pipeline's final state as ``dsl.PipelineTaskFinalStatus``, after
   a success and after a failure.
@@ -12,10 +13,15 @@ same shape (the real one trains for minutes: tests/e2e/test_pipeline_local.py ru
 
 from pathlib import Path
 
+import pytest
 from kfp import dsl
 from kfp.dsl import Input, Model, Output
 
+from components.check_params import check_params
+
 LOCAL = {"base_image": "python:3.11", "install_kfp_package": False}
+# the check task's image is conductor-base; here it runs in this venv, as pipelines.local runs it
+pytestmark = pytest.mark.filterwarnings("ignore:.*custom or non-Python base image")
 
 
 def work(stage: str, flag: str, model: Output[Model], init: Input[Model] = None) -> str:
@@ -59,9 +65,9 @@ def closing(status: dsl.PipelineTaskFinalStatus, out: str) -> None:
         f.write(status.state)
 
 
-def stage(name: str, profile: str, flag: str, init=None):
+def stage(name: str, placement, flag: str, init=None):
     extra = {"init": init} if init is not None else {}
-    with dsl.If(profile == "tiny", name=f"{name} on CPU"):
+    with dsl.If(placement == "cpu", name=f"{name} on CPU"):
         a = on_cpu(stage=name, flag=flag, **extra)
     with dsl.Else(name=f"{name} on GPUs"):
         b = on_gpu(stage=name, flag=flag, **extra)
@@ -69,12 +75,27 @@ def stage(name: str, profile: str, flag: str, init=None):
 
 
 @dsl.pipeline(name="branches")
-def branches(profile: str, flag: str, out: str, status_out: str) -> None:
+def branches(profile: str, flag: str, out: str, status_out: str, pool: str = "bundled") -> None:
     exit_task = closing(out=status_out)
     with dsl.ExitHandler(exit_task):
-        base = stage("base", profile, flag)
-        adaptive = stage("adaptive", profile, "ok", init=base)
-        with dsl.If(profile == "tiny", name="evaluate on CPU"):
+        checked = check_params(
+            profile=profile,
+            launcher="pod",
+            register_metric="accuracy",
+            baselines="single,moa",
+            pool=pool,
+            curation_config="pipeline",
+            eval_shards=2,
+            eval_parallelism=2,
+            base_steps=0,
+            adaptive_steps=0,
+            recursive_steps=0,
+            shared_paths=["/"],  # the local run's rule (every task on this machine)
+        )
+        placement = checked.outputs["placement"]
+        base = stage("base", placement, flag)
+        adaptive = stage("adaptive", placement, "ok", init=base)
+        with dsl.If(placement == "cpu", name="evaluate on CPU"):
             planned = shards(n=2)
             with dsl.ParallelFor(planned.output) as i:
                 done = shard(i=i, model=adaptive)
@@ -106,15 +127,24 @@ def run(tmp_path: Path, shim: bool = True, **params: str) -> tuple[str, str, Exc
     return read(out), read(status), error
 
 
-def test_the_cpu_branch_hands_its_model_on_and_the_exit_handler_sees_success(tmp_path):
-    out, status, error = run(tmp_path, profile="tiny", flag="ok")
+@pytest.mark.parametrize("profile", ["tiny", "small"])
+def test_the_cpu_branch_hands_its_model_on_and_the_exit_handler_sees_success(tmp_path, profile):
+    """Both CPU profiles (``device: cpu``) take the CPU branches, ``small`` by its device, not
+    by its name."""
+    out, status, error = run(tmp_path, profile=profile, flag="ok")
     assert error is None
     assert out.splitlines() == ["0:base > adaptive", "1:base > adaptive"]
     assert status == "SUCCEEDED"
+    assert list((tmp_path / "root").glob("*/work/")) and not list(
+        (tmp_path / "root").glob("*/work-gpu*")
+    )
 
 
 def test_the_gpu_branch_runs_the_other_component(tmp_path):
-    out, status, error = run(tmp_path, profile="paper", flag="ok")
+    from conductor_core.train.config import bundled_pool
+
+    # the paper profile refuses the simulated pool at the check: its real workers' pool
+    out, status, error = run(tmp_path, profile="paper", flag="ok", pool=bundled_pool("paper"))
     assert error is None and out == "gpu" and status == "SUCCEEDED"
     assert list((tmp_path / "root").glob("*/work-gpu*"))  # the GPU variant's task ran
     assert not list((tmp_path / "root").glob("*/work/"))

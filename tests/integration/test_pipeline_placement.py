@@ -63,6 +63,19 @@ def conditions_of(spec: dict, task: str) -> str:
 
 
 STAGES = {"base": "", "adaptive": "-2", "recursive": "-3"}
+LAUNCHER = "inputs.parameter_values['pipelinechannel--launcher'] == 'trainjob'"
+ON_CPU = "inputs.parameter_values['pipelinechannel--check-params-placement'] == 'cpu'"
+"""The branches test the parameter check's ``placement`` output, not the profile's name."""
+
+
+def taken(condition: str, values: dict[str, str]) -> bool:
+    """Whether a compiled condition holds for ``values`` (parameter channel: value). The
+    conditions KFP writes here are ``==`` of a channel and a string, ``!(...)`` and ``&&``."""
+    expr = condition.replace("&&", " and ").replace("!(", " not (")
+    for channel, value in values.items():
+        expr = expr.replace(f"inputs.parameter_values['pipelinechannel--{channel}']", repr(value))
+    assert "inputs." not in expr, f"a channel without a value: {condition}"
+    return bool(eval(expr, {"__builtins__": {}}))  # our own compiled strings
 
 
 def test_each_stage_trains_on_cpu_on_gpus_or_through_a_trainjob_by_the_run_parameters(compiled):
@@ -73,11 +86,51 @@ def test_each_stage_trains_on_cpu_on_gpus_or_through_a_trainjob_by_the_run_param
             assert all_tasks[task]["inputs"]["parameters"]["stage"]["runtimeValue"] == {
                 "constant": stage
             }
-        launcher = "inputs.parameter_values['pipelinechannel--launcher'] == 'trainjob'"
-        tiny = "inputs.parameter_values['pipelinechannel--profile'] == 'tiny'"
-        assert conditions_of(spec, f"train-launcher{n}") == launcher
-        assert conditions_of(spec, f"train{n}") == f"!({launcher}) && {tiny}"
-        assert conditions_of(spec, f"train-gpu{n}") == f"!({launcher}) && !({tiny})"
+        assert conditions_of(spec, f"train-launcher{n}") == LAUNCHER
+        assert conditions_of(spec, f"train{n}") == f"!({LAUNCHER}) && {ON_CPU}"
+        assert conditions_of(spec, f"train-gpu{n}") == f"!({LAUNCHER}) && !({ON_CPU})"
+
+
+@pytest.mark.parametrize(("profile", "on_cpu"), [("tiny", True), ("small", True), ("paper", False)])
+@pytest.mark.parametrize("launcher", ["pod", "trainjob"])
+def test_each_profile_takes_the_branches_its_device_says(compiled, profile, on_cpu, launcher):
+    """The placement the check task outputs for the profile picks exactly one task of each
+    stage and one registration: ``small`` (SmolLM2 with LoRA, ``device: cpu``) trains,
+    evaluates and registers on CPU pods as ``tiny`` does; ``paper`` on GPU pods."""
+    from components.check_params import check_params
+    from conductor_core.train.config import bundled_pool
+
+    spec, _, _ = compiled
+    pool = bundled_pool("paper") if profile == "paper" else "bundled"  # paper refuses simulated
+    placement = check_params.python_func(
+        profile=profile,
+        launcher="pod",  # trainjob needs an s3:// root: the branch is the launcher's either way
+        register_metric="accuracy",
+        baselines="single,moa",
+        pool=pool,
+        curation_config="pipeline",
+        eval_shards=2,
+        eval_parallelism=2,
+        base_steps=0,
+        adaptive_steps=0,
+        recursive_steps=0,
+        shared_paths=["/"],
+    ).placement
+    assert placement == ("cpu" if on_cpu else "gpu")
+    # no profile among them: a branch that read it would fail `taken`
+    values = {"launcher": launcher, "check-params-placement": placement}
+    for n in STAGES.values():
+        ran = [
+            t
+            for t in ("train-launcher", "train", "train-gpu")
+            if taken(conditions_of(spec, f"{t}{n}"), values)
+        ]
+        if launcher == "trainjob":
+            assert ran == ["train-launcher"], n
+        else:
+            assert ran == (["train"] if on_cpu else ["train-gpu"]), (profile, n)
+    registered = [t for t in ("register", "register-gpu") if taken(conditions_of(spec, t), values)]
+    assert registered == (["register"] if on_cpu else ["register-gpu"])
 
 
 def test_a_cpu_profile_trains_in_a_cpu_pod_on_the_base_image(compiled):
@@ -152,9 +205,8 @@ def test_a_gpu_profiles_model_is_evaluated_and_registered_on_gpu_pods_with_the_w
     for task in ("eval-shard", "register"):
         c = container(spec, task)
         assert c["image"] == images.image("base") and "accelerator" not in c["resources"]
-    tiny = "inputs.parameter_values['pipelinechannel--profile'] == 'tiny'"
-    assert conditions_of(spec, "register") == tiny
-    assert conditions_of(spec, "register-gpu") == f"!({tiny})"
+    assert conditions_of(spec, "register") == ON_CPU
+    assert conditions_of(spec, "register-gpu") == f"!({ON_CPU})"
 
 
 def test_the_compile_time_settings_reach_the_trainjob_the_launcher_builds(

@@ -149,3 +149,17 @@ def test_transformers_provider_generates_counts_tokens_and_is_seeded(tmp_path) -
     assert a.text and a.text == b.text  # same sample index -> same reply
     assert a.usage.output_tokens == 6 and a.usage.input_tokens > 5
     assert len({o.text for o in others} | {a.text}) > 1
+
+
+@pytest.mark.slow  # imports torch + transformers
+def test_a_local_model_that_cannot_load_is_infrastructure_not_the_plans_fault(tmp_path) -> None:
+    """A folder with no model in it fails every call as a server error (not retried): the
+    deployment's fault, left out of training, not a client error that would score the plan 0."""
+    from conductor_core.workers.types import ProviderError, is_plan_fault
+
+    provider = build_provider(WorkerConfig(provider="transformers", model=str(tmp_path)))
+    with pytest.raises(ProviderError) as failed:
+        asyncio.run(provider.complete(MSG))
+    assert "could not load or run model" in str(failed.value)
+    assert failed.value.kind == ErrorKind.SERVER and not failed.value.retryable
+    assert not is_plan_fault(failed.value.kind)

@@ -74,7 +74,7 @@ def test_check_params_component_stops_on_a_typo():
         "recursive_steps": 0,
         "shared_paths": ["/"],  # the local run's rule (every task on this machine)
     }
-    assert "profile=tiny" in check_params.python_func(**args)
+    assert "profile=tiny" in check_params.python_func(**args).checked
     with pytest.raises(ConfigError, match="launcher: 'gpu'"):
         check_params.python_func(**{**args, "launcher": "gpu"})
     with pytest.raises(ConfigError, match="warmup_steps: -1; give 0"):

@@ -26,12 +26,14 @@ class FakePool:
         n: int = 4,
         *,
         fail: set[int] = frozenset(),
+        kinds: dict[int, str] | None = None,
         yields: int = 1,
         tokens: int = 10,
         cost: float = 0.01,
     ) -> None:
         self.n = n
         self.fail = fail
+        self.kinds = kinds or {}  # worker id -> the error kind its failures have (else SERVER)
         self.yields = yields
         self.tokens = tokens
         self.cost_per_call = cost
@@ -53,12 +55,12 @@ class FakePool:
         self.events.append(("call", int(subtask.split()[-1])))
         for _ in range(self.yields):
             await asyncio.sleep(0)
-        if worker_id in self.fail:
+        if worker_id in self.fail or worker_id in self.kinds:
             return CallResult(
                 worker=worker_id,
                 model=f"model-{worker_id}",
                 error="boom",
-                error_kind=ErrorKind.SERVER,
+                error_kind=self.kinds.get(worker_id, ErrorKind.SERVER),
             )
         reply = f"R[{hashlib.sha256(content.encode()).hexdigest()[:8]}]"
         return CallResult(
@@ -184,6 +186,49 @@ def test_failed_step_skips_dependents_and_marks_infra_error() -> None:
     assert trace.steps[2].skipped == "dependency:1"
     assert trace.answer is None and trace.infra_error
     assert trace.calls == 2
+
+
+def test_a_failure_the_plan_caused_is_a_plan_failure_not_infrastructure() -> None:
+    """A worker rejecting the request (a context overflow, another 4xx, the plan's deadline) is
+    the plan's fault: the step says so, and the answer it spoils is the plan's failure."""
+    for kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.CLIENT, ErrorKind.DEADLINE):
+        trace, _ = run(wf((0, []), (1, []), (2, "all")), FakePool(kinds={1: kind}))
+        assert trace.steps[1].plan_fault and not trace.steps[0].plan_fault
+        assert trace.steps[2].skipped == "dependency:1"
+        assert trace.answer is None and trace.plan_failure == kind and not trace.infra_error
+    # the last step's own failure
+    trace, _ = run(wf((0, []), (1, "all")), FakePool(kinds={1: ErrorKind.CONTEXT_OVERFLOW}))
+    assert trace.plan_failure == "context_overflow" and not trace.infra_error
+    # infrastructure kinds stay infrastructure
+    for kind in (ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.TIMEOUT, ErrorKind.CONNECTION):
+        trace, _ = run(wf((0, []), (1, "all")), FakePool(kinds={1: kind}))
+        assert trace.infra_error and trace.plan_failure is None
+        assert not trace.steps[1].plan_fault
+
+
+def test_a_plan_failure_behind_the_answer_decides_over_an_infrastructure_one() -> None:
+    """The answering step reads a step that infrastructure failed and one the plan failed: the
+    plan's failure alone left it without its input, so the plan failed (through a chain of
+    skipped steps too)."""
+    pool = FakePool(kinds={0: ErrorKind.SERVER, 1: ErrorKind.CONTEXT_OVERFLOW})
+    trace, _ = run(wf((0, []), (1, []), (2, "all")), pool)
+    assert trace.answer is None and trace.plan_failure == "context_overflow"
+    assert not trace.infra_error
+    plan = wf((0, []), (1, [0]), (2, [1]), mode=AccessMode.INDEX)
+    trace, _ = run(plan, FakePool(kinds={0: ErrorKind.SERVER}))
+    assert [s.skipped for s in trace.steps] == [None, "dependency:0", "dependency:1"]
+    assert trace.infra_error and trace.plan_failure is None
+
+
+def test_a_budget_stop_without_an_answer_is_a_plan_failure() -> None:
+    trace, _ = run(wf((0, []), (1, "all")), FakePool(tokens=50), budget=Budget(max_tokens=100))
+    assert trace.answer is None and trace.plan_failure == "budget:max_tokens"
+    assert not trace.infra_error
+    trace, _ = run(wf((0, []), (1, "all")), FakePool(), budget=Budget(deadline_s=0.0))
+    assert trace.plan_failure == "budget:deadline" and not trace.infra_error
+    # a budget that leaves the answer is no failure
+    trace, _ = run(wf((0, []), (1, [])), FakePool(), budget=Budget(max_steps=5))
+    assert trace.answer is not None and trace.plan_failure is None
 
 
 def test_failure_of_an_unread_step_does_not_spoil_the_answer() -> None:

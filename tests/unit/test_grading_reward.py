@@ -20,6 +20,14 @@ def test_infrastructure_failures_are_excluded() -> None:
     assert reward(plan_ok=False, verdict=None, infra_error=True) is None
 
 
+def test_a_plan_failure_scores_zero_like_a_format_error() -> None:
+    """A plan that parsed but failed by its own fault scores 0 whatever its verdict; only
+    infrastructure is left out."""
+    assert reward(plan_ok=True, verdict=None, plan_failure=True) == 0.0
+    assert reward(plan_ok=True, verdict=Verdict(True, "x"), plan_failure=True) == 0.0
+    assert reward(plan_ok=True, verdict=None, plan_failure=True, infra_error=True) is None
+
+
 def test_parsed_plan_without_verdict_is_a_caller_error() -> None:
     with pytest.raises(ValueError, match="verdict is required"):
         reward(plan_ok=True, verdict=None)

@@ -1,7 +1,8 @@
 """Where the training pipeline's tasks run (issue 24, §3.2, §3.3, §3.7): the pod kinds of the
 cluster settings, the pinned TrainJob image, the compile-time settings handed to the TrainJob
-launcher, the paper-profile-with-simulated-pool refusal in the parameter check, and model
-downloads into the pod's workspace. (The compiled structure: tests/integration/
+launcher, the paper-profile-with-simulated-pool refusal in the parameter check, each profile's
+placement (CPU or GPU pods, from its training config's device), and model downloads into the
+pod's workspace. (The compiled structure: tests/integration/
 test_pipeline_placement.py.)"""
 
 from __future__ import annotations
@@ -215,14 +216,64 @@ def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_ch
     assert check_profile_pool("tinny", "bundled") == []  # the profile check names that one
 
 
-def test_the_cpu_profile_is_the_one_whose_training_config_says_cpu():
-    from conductor_core.pipeline_tasks.params import CPU_PROFILE, PROFILES
+def test_the_small_profile_on_the_simulated_pool_passes_the_parameter_check():
+    from conductor_core.pipeline_tasks.params import check_profile_pool, check_training_params
+
+    assert check_profile_pool("small", "bundled") == []  # data.allow_simulated_pool: true
+    checked = check_training_params(**_params(profile="small"))
+    assert (checked["profile"], checked["placement"]) == ("small", "cpu")
+
+
+# -- placement: from the profile's device, not its name -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("profile", "placement"), [("tiny", "cpu"), ("small", "cpu"), ("paper", "gpu")]
+)
+def test_a_profile_is_placed_by_its_training_configs_device(profile, placement):
+    from conductor_core.pipeline_tasks.params import check_training_params, profile_placement
+    from conductor_core.train.config import bundled_pool
+
+    assert profile_placement(profile) == placement
+    pool = {"pool": bundled_pool("paper")} if profile == "paper" else {}  # real workers
+    assert check_training_params(**_params(profile=profile, **pool))["placement"] == placement
+
+
+def test_every_profile_is_placed_as_each_of_its_stages_says():
+    """The placement is read from the base stage; a stage that changed the device would train
+    on the wrong pods (the pipeline places the three stages alike)."""
+    from conductor_core.pipeline_tasks.params import PROFILES, profile_placement
+    from conductor_core.train.config import PROFILES as CONFIG_PROFILES
     from conductor_core.train.config import STAGES, build_config
 
+    assert PROFILES is CONFIG_PROFILES  # one list: every profile file is accepted
+    assert {"tiny", "small", "paper"} <= set(PROFILES)
     for profile in PROFILES:
+        placement = profile_placement(profile)
         for stage in STAGES:
             device = build_config({}, stage=stage, profile=profile).device
-            assert (device == "cpu") == (profile == CPU_PROFILE), (profile, stage, device)
+            assert (device == "cpu") == (placement == "cpu"), (profile, stage, device)
+
+
+def test_an_unknown_profile_has_no_placement():
+    from conductor_core.pipeline_tasks.params import PROFILES, profile_placement
+
+    with pytest.raises(ConfigError) as err:
+        profile_placement("tinny")
+    assert str(err.value) == f"profile: 'tinny' is not one of {', '.join(PROFILES)}"
+
+
+def test_a_dropped_in_profile_is_placed_by_its_device(monkeypatch):
+    """A profile YAML added to resources/train/profiles is accepted and placed by its device."""
+    import conductor_core.pipeline_tasks.params as params
+    import conductor_core.train.config as config
+
+    for device, placement in (("cpu", "cpu"), ("cuda", "gpu"), ("auto", "gpu")):
+        values = {"device": device, "model": {"path": "tiny"}}
+        monkeypatch.setattr(config, "_load_profile", lambda name, v=values: (dict(v), {}))
+        monkeypatch.setattr(config, "PROFILES", ("extra",))
+        monkeypatch.setattr(params, "PROFILES", ("extra",))
+        assert params.profile_placement("extra") == placement, device
 
 
 # -- a GPU profile's model is downloaded into the pod's workspace --------------------------------

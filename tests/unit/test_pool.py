@@ -250,6 +250,19 @@ def test_client_errors_do_not_open_the_circuit() -> None:
     assert len(prov.calls) == 3
 
 
+def test_a_context_overflow_is_the_requests_fault_not_the_workers() -> None:
+    """A prompt too long for the worker is not retried, does not open its circuit, and the
+    result says the plan caused it."""
+    prov = Scripted(err(ErrorKind.CONTEXT_OVERFLOW, retryable=False))
+    pool, t = make_pool([prov], config(1, retry={"circuit_failure_threshold": 1}))
+    results = [run(pool.call(0, MSG)) for _ in range(3)]
+    assert all(r.error_kind == ErrorKind.CONTEXT_OVERFLOW and r.plan_fault for r in results)
+    assert len(prov.calls) == 3 and t.delays == []
+    server = Scripted(err(ErrorKind.SERVER, retryable=False))
+    pool, _ = make_pool([server])
+    assert not run(pool.call(0, MSG)).plan_fault
+
+
 def test_concurrency_limit_never_exceeded() -> None:
     class Counting:
         def __init__(self) -> None:

@@ -288,6 +288,32 @@ def test_error_for_status_table() -> None:
         assert (e.kind, e.retryable, e.status) == (kind, retryable, status)
 
 
+def test_a_prompt_longer_than_the_context_is_a_context_overflow_and_the_plans_fault() -> None:
+    """413, or a 400/422 worded as a context overflow by OpenAI, vLLM, Anthropic or Gemini, is a
+    context overflow (not retried); it and other rejected requests are the plan's fault, while
+    rate limits, server errors, timeouts and credentials are the infrastructure's."""
+    from conductor_core.workers.types import is_plan_fault
+
+    overflows = [
+        (400, "This model's maximum context length is 4096 tokens. However, you requested 5000"),
+        (400, "context_length_exceeded: reduce the length of the messages"),
+        (400, "prompt is too long: 210000 tokens > 200000 maximum"),
+        (400, "The input token count (1200000) exceeds the maximum number of tokens allowed"),
+        (422, "Input is too long for this model"),
+        (413, "Request Entity Too Large"),
+    ]
+    for status, message in overflows:
+        e = error_for_status(status, message)
+        assert (e.kind, e.retryable) == (ErrorKind.CONTEXT_OVERFLOW, False), message
+    assert error_for_status(400, "temperature must be at most 2").kind == ErrorKind.CLIENT
+    plan = [ErrorKind.CONTEXT_OVERFLOW, ErrorKind.CLIENT, ErrorKind.DEADLINE]
+    assert all(is_plan_fault(k) for k in plan)
+    for status in (401, 403, 408, 429, 500, 503):
+        assert not is_plan_fault(error_for_status(status, "maximum context length").kind)
+    for kind in (ErrorKind.CONNECTION, ErrorKind.CIRCUIT_OPEN, ErrorKind.MALFORMED, None):
+        assert not is_plan_fault(kind)
+
+
 def test_build_provider_dispatch(tmp_path) -> None:
     p = build_provider(openai_worker(), worker_id=0)
     assert isinstance(p, OpenAIProvider) and SECRET not in repr(p)

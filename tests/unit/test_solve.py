@@ -199,6 +199,31 @@ def test_continuing_from_a_previous_round_runs_only_the_next_round() -> None:
     assert trace.infra_error
 
 
+def test_a_plan_failure_is_the_traces_and_a_later_round_keeps_the_answer() -> None:
+    """A plan that fails by its own fault (here a worker rejects its prompt as too long) is the
+    trace's plan failure, not an infrastructure failure; in a later round deployment keeps the
+    previous answer, the trace still recording the failure of the first round it ran."""
+    from conductor_core.policy.base import PreviousRound
+    from conductor_core.workers.types import ErrorKind
+
+    overflow = FakePool(kinds={1: ErrorKind.CONTEXT_OVERFLOW})
+    trace = go(ScriptedSource(ok(0, 1), ok(2)), overflow, max_rounds=2)
+    assert trace.plan_failure == "context_overflow" and not trace.infra_error
+    assert trace.answer is None and len(trace.rounds) == 1  # as a first-round format error
+    previous = PreviousRound(
+        plan="model_id = [0]\nsubtasks = ['x']\naccess_list = [[]]", answer="7"
+    )
+    overflow = FakePool(kinds={1: ErrorKind.CONTEXT_OVERFLOW})
+    trace = continue_from(ScriptedSource(ok(0, 1)), previous, overflow, max_rounds=2)
+    assert trace.plan_failure == "context_overflow" and trace.answer == "7"
+    assert not trace.infra_error and not trace.format_error
+    # a round after the first run that fails keeps the answer and is no failure of the trace
+    overflow = FakePool(kinds={1: ErrorKind.CONTEXT_OVERFLOW})
+    trace = go(ScriptedSource(ok(0), ok(0, 1)), overflow, max_rounds=2)
+    assert trace.answer == trace.rounds[0].workflow.answer and trace.plan_failure is None
+    assert trace.rounds[1].workflow.plan_failure == "context_overflow"
+
+
 def test_prompt_style_travels_on_the_request() -> None:
     source = ScriptedSource(ok(0))
     go(source, prompt_style="compact")

@@ -40,7 +40,7 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     from conductor_core.train.reward import RoundState
 
     def scored(reward):
-        return Outcome(reward=reward, domain="math", correct=reward == 1.0)
+        return Outcome(reward=reward, domain="math", correct=reward == 1.0, answer="42")
 
     # Rows 0-3: round 1 (right, right, wrong, wrong); rows 4-7: round 2, row 4 + k continuing
     # row k: kept the right answer, broke it, fixed the wrong one, spoiled.

@@ -106,3 +106,20 @@ def test_only_whole_group_mechanisms_need_whole_groups(tmp_path):
     assert rank_batch(recursive, 2) == (4, 1)
     with pytest.raises(ConfigError, match=r"questions_per_step \(4\).*twice.*\(8\)"):
         rank_batch(recursive, 4)
+
+
+def test_under_fsdp_every_rank_gathers_the_state_rank_0_saves():
+    from types import SimpleNamespace
+
+    from conductor_core.train.grpo import sharded_state_dict
+
+    gathered = []
+
+    class Accelerator:
+        def get_state_dict(self, model):
+            gathered.append(model)
+            return {"w": 1}
+
+    sharded = SimpleNamespace(is_fsdp_enabled=True, accelerator=Accelerator(), model="policy")
+    assert sharded_state_dict(sharded) == {"w": 1} and gathered == ["policy"]
+    assert sharded_state_dict(SimpleNamespace(is_fsdp_enabled=False)) is None

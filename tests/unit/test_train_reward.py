@@ -11,6 +11,7 @@ import pytest
 from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
+from conductor_core.solve import SolveOptions
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.train.recursive import recursion_metrics
@@ -20,8 +21,12 @@ from conductor_core.train.reward import (
     Truncation,
     summarize,
 )
-from conductor_core.workers.config import load_pool
+from conductor_core.workers.config import PoolConfig, load_pool
+from conductor_core.workers.pool import WorkerPool
+from conductor_core.workers.providers import error_for_status
+from conductor_core.workers.types import Completion, ProviderError
 from conductor_core.workflow.errors import FormatErrorCode
+from conductor_core.workflow.executor import Budget
 
 PROBLEMS = read_problems(bundled_train_problems_path())
 MATH = [p for p in PROBLEMS if str(p.domain) == "math"][:60]
@@ -127,18 +132,106 @@ def test_recursion_round_keep_grades_the_previous_answer():
     assert run(make_reward(), [keep], [p.id]) == [0.0]
 
 
-def test_an_unparsable_recursion_round_keeps_the_answer_as_deployment_does():
-    """solve() keeps the previous answer when a later round's plan does not parse; training
-    scores that round the same way (the kept answer's grade), still counted a format error."""
+def test_an_unparsable_recursion_round_scores_zero_though_deployment_keeps_the_answer():
+    """A round-2 plan that does not parse scores 0, as in round 1 (the paper's rule), whatever
+    the previous answer was worth; solve() still keeps that answer, as deployment does."""
     p = MATH[0]
     right = PreviousRound(plan=plan(0), answer=f"\\boxed{{{p.reference}}}")
     wrong = PreviousRound(plan=plan(0), answer="\\boxed{-1}")
     r = make_reward(rounds=RoundState(previous={0: right, 1: wrong}))
-    assert run(r, ["garbage", "garbage"], [p.id, p.id]) == [1.0, 0.5]
-    assert all(o.format_error and not o.kept for o in r.last_outcomes)
-    assert [o.correct for o in r.last_outcomes] == [True, False]
-    # In round 1 there is nothing to keep: still 0.
+    assert run(r, ["garbage", "garbage"], [p.id, p.id]) == [0.0, 0.0]
+    assert all(o.format_error and not o.kept and not o.correct for o in r.last_outcomes)
+    assert [o.answer for o in r.last_outcomes] == [right.answer, wrong.answer]
+    assert all(o.verdict_reason.startswith("format error") for o in r.last_outcomes)
     assert run(make_reward(), ["garbage"], [p.id]) == [0.0]
+
+
+class Failing:
+    """A provider whose every call fails with ``error``, or (``error`` None) takes ``delay_s``
+    seconds to answer."""
+
+    def __init__(self, error: ProviderError | None = None, delay_s: float = 0.0) -> None:
+        self.error = error
+        self.delay_s = delay_s
+
+    async def complete(self, messages, *, sample_index: int = 0) -> Completion:
+        if self.error is not None:
+            raise self.error
+        await asyncio.sleep(self.delay_s)
+        return Completion(text="\\boxed{0}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def failing_reward(provider: Failing, **worker: object) -> ConductorReward:
+    """A reward whose pool's four workers all call ``provider`` (no retries, ``worker``
+    settings on top)."""
+    data = POOL.model_dump()
+    for w in data["workers"]:
+        w.update({"max_retries": 0, **worker})
+    pool = PoolConfig.model_validate(data)
+    return make_reward(pool=pool, pool_factory=lambda: WorkerPool(pool, providers=[provider] * 4))
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "why"),
+    [
+        (400, "This model's maximum context length is 4096 tokens", "context_overflow"),
+        (413, "Request Entity Too Large", "context_overflow"),
+        (400, "'messages' must contain the word json", "client_error"),
+        (422, "Unprocessable Entity", "client_error"),
+    ],
+)
+def test_a_request_the_worker_rejects_scores_zero_as_the_plans_failure(status, message, why):
+    """A 4xx (other than auth, 408, 429) is the plan's own failure: 0, not left out."""
+    r = failing_reward(Failing(error_for_status(status, message)))
+    assert run(r, [plan(0)], [MATH[0].id]) == [0.0]
+    o = r.last_outcomes[0]
+    assert o.plan_failure == why and not o.infra_error and not o.correct
+    assert o.verdict_reason == f"plan failure: {why}"
+    assert r.last_metrics["plan_failure_rate"] == 1.0 and r.last_metrics["infra_error_rate"] == 0
+
+
+@pytest.mark.parametrize("status", [429, 500, 503, 401])
+def test_an_infrastructure_status_is_left_out_of_the_group(status):
+    r = failing_reward(Failing(error_for_status(status, "maximum context length")))
+    assert run(r, [plan(0)], [MATH[0].id]) == [None]
+    assert r.last_outcomes[0].infra_error and r.last_outcomes[0].plan_failure is None
+
+
+def test_the_plans_deadline_scores_zero_a_workers_timeout_is_left_out():
+    """A plan still running at its own deadline failed (0); a worker that does not answer
+    within its timeout_s is the infrastructure's (None)."""
+    slow = Failing(delay_s=5.0)
+    r = failing_reward(slow)
+    r.options = SolveOptions(budget=Budget(deadline_s=0.05))
+    assert run(r, [plan(0)], [MATH[0].id]) == [0.0]
+    assert r.last_outcomes[0].plan_failure == "deadline_exceeded"
+    r = failing_reward(slow, timeout_s=0.05)
+    assert run(r, [plan(0)], [MATH[0].id]) == [None]
+    assert r.last_outcomes[0].infra_error
+
+
+def test_a_recursion_round_that_fails_by_its_own_fault_scores_zero():
+    p = MATH[0]
+    right = PreviousRound(plan=plan(0), answer=f"\\boxed{{{p.reference}}}")
+    r = failing_reward(Failing(error_for_status(400, "prompt is too long")))
+    r.rounds = RoundState(previous={0: right})
+    assert run(r, [plan(0)], [p.id]) == [0.0]
+    o = r.last_outcomes[0]
+    assert o.plan_failure == "context_overflow" and o.answer == right.answer
+
+
+def test_keeping_after_a_round_without_an_answer_is_worth_a_wrong_answer():
+    """What a round-2 keep scores after a round 1 that left no answer (0.5: a parsed plan, no
+    answer), so the keep plan's advantage against keeping is 0 there as everywhere."""
+    p = MATH[0]
+    keep = "model_id = []\nsubtasks = []\naccess_list = []"
+    failed = Outcome(reward=0.0, domain="math", plan_failure="context_overflow")
+    broken = Outcome(reward=0.0, domain="math", format_error=True)
+    r = make_reward(rounds=RoundState(previous={0: PreviousRound(plan=plan(0), answer=None)}))
+    assert run(r, [keep], [p.id]) == [failed.kept_reward] == [broken.kept_reward] == [0.5]
 
 
 def test_round_state_cached_and_excluded_rows():

@@ -7,7 +7,7 @@
 - ``code``: :mod:`.code` (the program runs against the tests in the sandbox);
 - ``freeform``: :mod:`.freeform` (normalised / numeric match, then the optional judge).
 
-``reward`` maps a plan's parse outcome and the verdict to the paper's reward.
+``reward`` maps a plan's parse outcome, its failure if any, and the verdict to the paper's reward.
 """
 
 from __future__ import annotations
@@ -114,16 +114,31 @@ RIGHT_REWARD = 1.0
 """The reward of a right answer."""
 
 
-def reward(*, plan_ok: bool, verdict: Verdict | None, infra_error: bool = False) -> float | None:
-    """The paper's reward: 0.0 unparsable plan, 0.5 parsed but wrong, 1.0 right.
+FAILED_REWARD = 0.0
+"""The reward of a plan that does not parse (in any round), or that failed by its own fault."""
 
-    ``None`` for infrastructure failures (``infra_error`` or ``verdict.infra_error``): such
-    samples are excluded from training rather than scored. A parsed plan needs a verdict.
+
+def reward(
+    *,
+    plan_ok: bool,
+    verdict: Verdict | None,
+    infra_error: bool = False,
+    plan_failure: bool = False,
+) -> float | None:
+    """The paper's reward: 0.0 for a plan that does not parse, 0.5 parsed but wrong, 1.0 right.
+
+    A plan that parsed but failed by its own fault (``plan_failure``: it ran out of its budget,
+    its deadline included, or made a worker request that was rejected, such as a prompt longer
+    than the worker's context) scores 0.0 as well: the failure is the plan's, as a format error
+    is. ``None`` for infrastructure failures only (``infra_error`` or ``verdict.infra_error``:
+    rate limits, server and connection errors, a worker's timeout, a sandbox or judge that
+    failed): such samples are left out of training rather than scored. A parsed plan that did
+    not fail needs a verdict.
     """
     if infra_error or (verdict is not None and verdict.infra_error):
         return None
-    if not plan_ok:
-        return 0.0
+    if not plan_ok or plan_failure:
+        return FAILED_REWARD
     if verdict is None:
         raise ValueError("reward(): a verdict is required when plan_ok is True")
     return RIGHT_REWARD if verdict.correct else WRONG_REWARD

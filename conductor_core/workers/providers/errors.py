@@ -1,6 +1,7 @@
 """The one mapping of SDK exceptions to :class:`ProviderError` kinds, shared by every provider.
 
-* :func:`error_for_status`: an HTTP status -> kind and retryability.
+* :func:`error_for_status`: an HTTP status (and, for a rejected request, its message) -> kind and
+  retryability.
 * :func:`map_sdk_error`: an exception of an SDK's API-error family. The ``openai`` and
   ``anthropic`` SDKs share one generated hierarchy (``APITimeoutError``, ``APIConnectionError``,
   ``APIResponseValidationError``, ``APIStatusError``), recognised here by class name, so this
@@ -14,6 +15,7 @@ Every message goes through :func:`clean_message`: one line, bounded, with the ke
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +25,15 @@ from conductor_core.workers.types import ErrorKind, ProviderError
 
 MAX_ERROR_CHARS = 300
 _CONNECTION_WORDS = ("connect", "transport", "network", "protocol", "disconnect")
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _-]length|context window|maximum context|prompt is too long|input is too long"
+    r"|too many (?:input )?tokens|input token count|exceeds the maximum number of tokens"
+    r"|reduce the length of the (?:messages|prompt|input)",
+    re.IGNORECASE,
+)
+"""How the providers word a prompt longer than the model's context (OpenAI's
+``context_length_exceeded``, vLLM's "maximum context length", Anthropic's "prompt is too long",
+Gemini's "input token count ... exceeds the maximum number of tokens")."""
 
 
 def clean_message(text: Any, secrets: Iterable[str | None] = ()) -> str:
@@ -43,8 +54,9 @@ def error_for_status(
     """Map an HTTP status to a :class:`ProviderError` with the right kind and retryability.
 
     429 -> rate limit (retried, honouring ``retry_after``); 408 -> timeout (retried);
-    401/403 -> auth (not retried); 5xx and 529 -> server error (retried, except 501);
-    any other status -> client error (not retried).
+    401/403 -> auth (not retried); 5xx and 529 -> server error (retried, except 501); 413, or a
+    400/422 whose message says the prompt exceeds the model's context -> context overflow (not
+    retried); any other status -> client error (not retried).
     """
     if status == 429:
         kind, retryable = ErrorKind.RATE_LIMIT, True
@@ -54,6 +66,8 @@ def error_for_status(
         kind, retryable = ErrorKind.AUTH, False
     elif status >= 500:
         kind, retryable = ErrorKind.SERVER, status != 501
+    elif status == 413 or (status in (400, 422) and _CONTEXT_OVERFLOW.search(message)):
+        kind, retryable = ErrorKind.CONTEXT_OVERFLOW, False
     else:
         kind, retryable = ErrorKind.CLIENT, False
     return ProviderError(

