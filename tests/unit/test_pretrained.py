@@ -208,6 +208,25 @@ def test_a_failed_conversion_leaves_nothing_behind(
     assert list((tmp_path / "cache").iterdir()) == []
 
 
+def test_a_conversion_finished_meanwhile_by_another_process_is_kept(
+    fake_wheel: Path, conversions: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = pretrained_model_dir(cache_dir=tmp_path / "cache")
+    (first / "theirs").write_text("the other process's copy")
+    real_is_current = pretrained._is_current
+    looks: list[Path] = []  # stale at the first look, current (theirs) after the conversion
+
+    def is_current(folder: Path, gguf: Path, version: str) -> bool:
+        looks.append(folder)
+        return len(looks) > 1 and real_is_current(folder, gguf, version)
+
+    monkeypatch.setattr(pretrained, "_is_current", is_current)
+    assert pretrained_model_dir(cache_dir=tmp_path / "cache") == first
+    assert len(conversions) == 2
+    assert (first / "theirs").is_file()  # not replaced under its readers
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [MODEL_NAME]
+
+
 def test_a_read_only_current_folder_is_used_as_it_is(
     fake_wheel: Path, conversions: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
