@@ -32,7 +32,8 @@ from conductor_core.train.config import PROFILES
     "--profile",
     type=click.Choice(PROFILES),
     default=None,
-    help="Named profile under the config (resources/train/profiles): 'tiny' (CPU, minutes) or "
+    help="Named profile under the config (resources/train/profiles): 'tiny' (a random tiny "
+    "model, CPU, minutes), 'small' (SmolLM2-135M-Instruct, the paper's mechanism, CPU) or "
     "'paper' (GPU, 7B).",
 )
 @click.option("--output-dir", default=None, help="Override output_dir.")

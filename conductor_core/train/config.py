@@ -90,8 +90,9 @@ class ModelSpec(_Strict):
     path: str = Field(
         default="Qwen/Qwen2.5-7B",
         description="A local model directory (`save_pretrained` layout), a Hugging Face model id "
-        "(the paper: `Qwen/Qwen2.5-7B`), or `tiny` for a random tiny Qwen2 built locally with the "
-        "shape in `tiny`. Ignored when `init_from` is set.",
+        "(the paper: `Qwen/Qwen2.5-7B`), `smollm2-135m-instruct` for the bundled pretrained "
+        "SmolLM2-135M-Instruct (offline; converted on first use), or `tiny` for a random tiny "
+        "Qwen2 built locally with the shape in `tiny`. Ignored when `init_from` is set.",
     )
     tiny: TinyModelSpec = Field(
         default_factory=TinyModelSpec,
@@ -318,15 +319,42 @@ class LoraSpec(_Strict):
 
 
 class WarmupSpec(_Strict):
-    """Optional format warm-up: a short supervised pass on synthetic valid plans before GRPO."""
+    """Optional format warm-up: a short supervised pass on valid plans before GRPO."""
 
     enabled: bool = Field(
         default=False,
-        description="Train on synthetic valid plans (random workers) before GRPO, so that a model "
-        "that cannot yet write the plan format earns rewards at all. Instruction-tuned models do "
-        "not need it; a random tiny model does. Base and adaptive stages (the recursive stage "
+        description="Train on valid plans (`targets`) before GRPO, so that a model that cannot "
+        "yet write the plan format earns rewards at all: with every plan a format error, every "
+        "reward is 0 and GRPO has no gradient. Base and adaptive stages (the recursive stage "
         "starts from a trained model: see `expert_start`). A rerun reuses "
         "`<output_dir>/warmup-model`.",
+    )
+    targets: Literal["synthetic", "own"] = Field(
+        default="synthetic",
+        description="What the warm-up imitates. `synthetic`: random valid plans (random offered "
+        "workers, generic subtasks), for a random tiny model. `own`: the model's own plans, "
+        "sampled at `generation.temperature` under the plan grammar (the regex a served "
+        "Conductor decodes under), those that parse: it teaches the format alone and keeps the "
+        "model's own choice of workers, subtasks and access lists, for a pretrained model that "
+        "does not write the format unaided (the `small` and `paper` profiles).",
+    )
+    samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="`targets: own`: plans sampled under the grammar (`null`: steps x "
+        "batch_size); the warm-up cycles over those that parse.",
+    )
+    max_subtask_chars: int | None = Field(
+        default=None,
+        ge=1,
+        description="`targets: own`: the plan grammar bounds each sampled subtask to this many "
+        "characters, so that a model that rambles inside a subtask still closes its plan within "
+        "`generation.max_completion_length`; `null`: unbounded.",
+    )
+    lora: bool = Field(
+        default=False,
+        description="Train the warm-up as LoRA adapters of `lora`'s shape, merged into the "
+        "weights at its end (the warm-up runs in one process: a 7B's fits one GPU this way).",
     )
     steps: int = Field(
         default=300, ge=1, description="Optimiser steps (fewer if `max_seconds` runs out first)."

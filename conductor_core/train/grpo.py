@@ -25,7 +25,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.train import ranks
-from conductor_core.train.config import StageConfig
+from conductor_core.train.config import LoraSpec, StageConfig
 from conductor_core.train.reward import ConductorReward, RoundState, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
@@ -297,7 +297,9 @@ def _warmed_up(
     if config.warmup.enabled:
         from conductor_core.train.warmup import run_warmup
 
-        log(f"warm-up: {config.warmup.steps} steps of supervised format training")
+        spec = config.warmup
+        what = "own plans under the plan grammar" if spec.targets == "own" else "synthetic plans"
+        log(f"warm-up: {spec.steps} steps of supervised format training on {what}")
         stats = run_warmup(
             model,
             tokenizer,
@@ -307,7 +309,12 @@ def _warmed_up(
             descriptions=descriptions,
             on_step=_loss_lines(log, "warm-up", config.warmup.steps),
         )
-        log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}")
+        parsed = (
+            f", from {stats['parsed']:.0f} of {stats['sampled']:.0f} sampled plans that parse"
+            if "parsed" in stats
+            else ""
+        )
+        log(f"warm-up: done in {stats['seconds']:.0f}s, loss {stats['loss']:.3f}{parsed}")
         _save_start(config, model, tokenizer, warm)
     return model, tokenizer
 
@@ -448,10 +455,12 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
 
 def peft_config(config: StageConfig):
     """A PEFT LoRA config when ``lora.enabled``, else None."""
-    if not config.lora.enabled:
-        return None
+    return lora_adapters(config.lora) if config.lora.enabled else None
+
+
+def lora_adapters(spec: LoraSpec):
+    """PEFT's LoRA config of ``spec``'s shape (whether or not the stage trains with it)."""
     peft = require("peft", "train", "LoRA training")
-    spec = config.lora
     return peft.LoraConfig(
         r=spec.r,
         lora_alpha=spec.alpha,

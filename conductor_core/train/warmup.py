@@ -1,15 +1,17 @@
-"""Optional format warm-up: a short supervised pass on synthetic valid plans.
+"""Optional format warm-up: a short supervised pass on valid plans.
 
-For small models that do not yet write the three-list format. Each example is a training
-question's Conductor prompt, offering a random subset of the pool as the adaptive stage does
-(``adaptive.k_min``..``k_max`` workers under their pool ids), followed by a valid plan whose
-worker ids are drawn uniformly from the offered ones: the warm-up teaches the format, including
-that a plan names only offered workers, not a routing strategy. (With the whole pool offered
-every time, a model never learns to read the list, and the adaptive stage then starts from a
-policy that names the same workers whatever is offered.) With ``prompt_loss`` (the
-default) the language-modelling loss covers the prompt tokens too: a tiny random model then learns
-to represent the question, which GRPO needs to learn routing (measured: with the loss on the
-completion only, routing stayed at chance).
+For models that do not yet write the three-list format. ``warmup.targets: own`` imitates the
+model's own plans sampled under the plan grammar (:func:`own_plan_texts`): the format alone, for
+a pretrained model. ``synthetic`` imitates random valid plans, for a random tiny model: each
+example is a training question's Conductor prompt, offering a random subset of the pool as the
+adaptive stage does (``adaptive.k_min``..``k_max`` workers under their pool ids), followed by a
+valid plan whose worker ids are drawn uniformly from the offered ones: the warm-up teaches the
+format, including that a plan names only offered workers, not a routing strategy. (With the
+whole pool offered every time, a model never learns to read the list, and the adaptive stage
+then starts from a policy that names the same workers whatever is offered.) With
+``prompt_loss`` (the default) the language-modelling loss covers the prompt tokens too: a tiny
+random model then learns to represent the question, which GRPO needs to learn routing
+(measured: with the loss on the completion only, routing stayed at chance).
 
 The recursive stage has no format warm-up: it starts from a trained model, and its expert start
 (:mod:`conductor_core.train.recursion_start`) teaches both round-2 decisions from executed answers.
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
+from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import ExpertStartSpec, StageConfig, WarmupSpec
@@ -206,6 +209,62 @@ def supervised_step(
     return float(out.loss.detach())
 
 
+def own_plan_texts(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool_size: int,
+    config: StageConfig,
+    count: int,
+    *,
+    seed: int = 0,
+    descriptions: Sequence[str] = (),
+) -> tuple[list[tuple[list[dict[str, str]], str]], int]:
+    """The model's own plans under the plan grammar (``warmup.targets: own``): ``count``
+    requests over the training problems, offered and shown as :func:`warmup_texts` offers them,
+    each sampled once at the stage's temperature by the library's local plan source with the
+    plan grammar on (as a served Conductor decodes); returns the (prompt messages, plan text)
+    pairs of the plans that parse (a plan may still be cut off at the completion length) and
+    how many were sampled.
+
+    Imitating them moves the model towards its own distribution restricted to the grammar:
+    the format is taught, and which workers, subtasks and access lists it writes stay its own.
+    """
+    from conductor_core.policy.local import TransformersPlanSource
+    from conductor_core.solve import plan_request
+    from conductor_core.train.data import stage_options
+    from conductor_core.workflow.prompts import plan_messages
+
+    rng = Random(seed)
+    choices = list(problems)
+    requests = []
+    for i in range(count):
+        p = rng.choice(choices)
+        offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
+        offered, _, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
+        options = stage_options(config, offered, shown_desc)
+        requests.append(plan_request(p.question, pool_size, options, sample_index=i))
+    gen = config.generation
+    source = TransformersPlanSource.from_loaded(
+        model,
+        tokenizer,
+        max_new_tokens=gen.max_completion_length,
+        temperature=gen.temperature,
+        top_p=gen.top_p,
+        seed=seed,
+        prompt_style=config.data.prompt_style,
+        prompt_version=PROMPT_VERSION,
+        plan_grammar=True,
+        max_subtask_chars=config.warmup.max_subtask_chars,
+    )
+    batch = config.warmup.batch_size
+    results = []
+    for start in range(0, len(requests), batch):
+        results += source.generate_many(requests[start : start + batch])
+    kept = [(plan_messages(q), r.raw) for q, r in zip(requests, results, strict=True) if r.ok]
+    return kept, len(requests)
+
+
 def run_warmup(
     model: Any,
     tokenizer: Any,
@@ -216,18 +275,57 @@ def run_warmup(
     descriptions: Sequence[str] = (),
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
-    """Train ``model`` in place on synthetic plans; returns ``{"steps", "loss", "seconds"}``.
-    ``descriptions`` (by pool id) are shown in descriptor mode, as the stage's dataset shows them.
+    """Train ``model`` in place on valid plans (``warmup.targets``: synthetic ones, or the
+    model's own under the plan grammar, :func:`own_plan_texts`); returns ``{"steps", "loss",
+    "seconds"}`` (and for own plans ``"sampled"``, ``"parsed"``). ``descriptions`` (by pool
+    id) are shown in descriptor mode, as the stage's dataset shows them. With ``warmup.lora``
+    it trains LoRA adapters and merges them into ``model``'s weights.
 
     Stops after ``warmup.steps`` steps or ``warmup.max_seconds``, whichever comes first.
     """
     spec = config.warmup
     count = spec.steps * spec.batch_size
-    examples = warmup_texts(
-        problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
-    )
+    extra: dict[str, float] = {}
+    started = time.perf_counter()
+    if spec.targets == "own":
+        sampled = spec.samples or count
+        examples, _ = own_plan_texts(
+            model,
+            tokenizer,
+            problems,
+            pool_size,
+            config,
+            sampled,
+            seed=config.seed + 1,
+            descriptions=descriptions,
+        )
+        if not examples:
+            raise ConfigError(
+                f"warmup.targets: own: none of the {sampled} plans sampled under the plan "
+                f"grammar parsed (each was cut off at generation.max_completion_length "
+                f"{config.generation.max_completion_length}); raise it or warmup.samples"
+            )
+        extra = {"sampled": float(sampled), "parsed": float(len(examples))}
+        rng = Random(config.seed + 2)
+        cycled = []
+        while len(cycled) < count:  # every parsed plan once, in a new order each pass
+            cycled.extend(rng.sample(examples, len(examples)))
+        examples = cycled[:count]
+    else:
+        examples = warmup_texts(
+            problems, pool_size, config, count, seed=config.seed + 1, descriptions=descriptions
+        )
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
-    return train_supervised(model, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
+    trained = model
+    if spec.lora:
+        from conductor_core.train.grpo import lora_adapters
+
+        peft = require("peft", "train", "a LoRA warm-up")
+        trained = peft.get_peft_model(model, lora_adapters(config.lora))
+    stats = train_supervised(trained, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
+    if spec.lora:
+        trained.merge_and_unload()  # the adapters' update, into ``model``'s own weights
+    return {**stats, **extra, "seconds": time.perf_counter() - started}
 
 
 def train_supervised(

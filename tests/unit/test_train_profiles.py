@@ -29,6 +29,10 @@ SIZE_AND_HARDWARE = {
     "data.worker_profile",
     "data.prompt_style",  # the compact prompt: a 15th of the tokens a step costs on CPU
     "checkpoint.save_steps",
+    "warmup.samples",  # the format start's sizes
+    "warmup.steps",
+    "warmup.batch_size",
+    "warmup.max_subtask_chars",  # what fits the completion length
 }
 """The fields `small` may set apart from `paper` (docs/training.md, "Profiles", gives each
 reason)."""
@@ -43,7 +47,11 @@ def test_small_differs_from_paper_in_sizes_and_hardware_only(stage):
     # the mechanism the tiny profile adds and small must not: spelled out, so a default that
     # changes under both profiles alike still shows here
     assert small["beta"] == 0.0 and small["loss_type"] == "grpo"
-    assert not small["warmup.enabled"] and not small["expert_start.enabled"]
+    assert not small["expert_start.enabled"]
+    # the one departure from the paper both take: a format start on the model's own plans
+    assert small["warmup.enabled"] == (stage == "base")
+    if stage == "base":
+        assert small["warmup.targets"] == "own" and not small["warmup.prompt_loss"]
     assert not any(v for k, v in small.items() if k.startswith("experimental."))
 
 
@@ -52,5 +60,5 @@ def test_tiny_differs_from_paper_in_mechanism():
     paper = build_config(stage="base", profile="paper").flat()
     tiny = build_config(stage="base", profile="tiny").flat()
     differ = {key for key in paper if paper[key] != tiny.get(key)}
-    assert {"beta", "warmup.enabled", "experimental.routing_coverage"} <= differ
+    assert {"beta", "warmup.targets", "experimental.routing_coverage"} <= differ
     assert not differ <= SIZE_AND_HARDWARE
