@@ -29,7 +29,8 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default="scripted",
             show_default=True,
             help="Plan source: 'scripted' (deterministic heuristic, not a learned model), "
-            "'tiny' (tiny local model), a model directory, or an OpenAI-compatible URL "
+            "'tiny' (tiny local model), 'smollm2-135m-instruct' (the bundled pretrained "
+            "SmolLM2-135M-Instruct, offline), a model directory, or an OpenAI-compatible URL "
             "(e.g. a vLLM-served Conductor at http://host:8000/v1).",
         ),
         click.option("--conductor-model", default=None, help="Model name at a Conductor URL."),

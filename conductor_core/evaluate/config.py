@@ -121,7 +121,8 @@ class EvalConfig(_Strict):
     )
     conductor: str = Field(
         default="scripted",
-        description="Plan source: 'scripted', 'tiny', a model directory, or an OpenAI-compatible "
+        description="Plan source: 'scripted', 'tiny', 'smollm2-135m-instruct' (the bundled "
+        "pretrained SmolLM2-135M-Instruct, offline), a model directory, or an OpenAI-compatible "
         "URL serving the Conductor.",
     )
     conductor_name: str | None = Field(

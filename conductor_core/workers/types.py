@@ -48,14 +48,16 @@ class ErrorKind:
     CLIENT = "client_error"  # other 4xx: not retried
     CONTEXT_OVERFLOW = "context_overflow"  # the prompt is longer than the worker's context
     AUTH = "auth_error"  # missing or rejected credentials: not retried
+    NOT_FOUND = "not_found"  # HTTP 404: the worker's model or endpoint is not deployed
     MALFORMED = "malformed_response"
 
 
 PLAN_FAULT_KINDS = frozenset({ErrorKind.CLIENT, ErrorKind.CONTEXT_OVERFLOW, ErrorKind.DEADLINE})
 """Failure kinds that the request itself caused, so the plan that made it: a request the worker
-rejected as bad (a 4xx other than auth, 408 and 429), a prompt longer than the worker's context,
-and the plan's own deadline. Every other kind (rate limits, 5xx, connection errors, a worker's
-per-attempt timeout, an open circuit, credentials, unusable replies) is the infrastructure's."""
+rejected as bad (a 4xx other than auth, 404, 408 and 429), a prompt longer than the worker's
+context, and the plan's own deadline. Every other kind (rate limits, 5xx, connection errors, a
+worker's per-attempt timeout, an open circuit, credentials, a model or endpoint that is not
+deployed, unusable replies) is the infrastructure's."""
 
 
 def is_plan_fault(kind: str | None) -> bool:

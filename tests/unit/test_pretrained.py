@@ -22,6 +22,7 @@ from conductor_core.policy.pretrained import (
     pretrained_model_dir,
     resolve_model_path,
 )
+from tests.support.dockerfiles import instructions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -263,6 +264,26 @@ def test_conductor_flag_accepts_the_name(tmp_path: Path, monkeypatch: pytest.Mon
     assert TransformersPlanSource(Path(MODEL_NAME)).model_dir == Path(MODEL_NAME)
 
 
+def test_the_descriptions_of_model_paths_name_the_model() -> None:
+    """Where the name is accepted, the help says so: ``--conductor``, the evaluation config's
+    ``conductor`` and the training config's ``model.path``."""
+    import click
+
+    from conductor_core.cli._common import conductor_options
+    from conductor_core.evaluate.config import EvalConfig
+    from conductor_core.train.config import ModelSpec
+
+    @click.command()
+    @conductor_options
+    def command(**kwargs: object) -> None:
+        """A command with the shared options."""
+
+    (flag,) = [p for p in command.params if p.name == "conductor"]
+    assert MODEL_NAME in str(flag.help)
+    assert MODEL_NAME in str(EvalConfig.model_fields["conductor"].description)
+    assert MODEL_NAME in str(ModelSpec.model_fields["path"].description)
+
+
 def test_conductor_flag_reports_a_missing_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     from conductor_core.policy.factory import load_plan_source
 
@@ -297,14 +318,23 @@ def test_training_starts_from_the_named_model(tmp_path: Path, monkeypatch: pytes
     assert initial_model_dir(config, [], 4) == "Qwen/Qwen2.5-7B"
 
 
-# -- installation: one pin, installed by setup and baked into the base image ---------------------
+# -- installation: one pin, installed by setup and baked into the base and train images ----------
 
 
-def test_setup_and_base_image_install_the_same_wheel_pin() -> None:
+@pytest.mark.parametrize("image", ["base", "train"])
+def test_setup_and_images_install_the_same_wheel_pin(image: str) -> None:
+    """The base image (CPU stages) and the train image (the ``small`` profile on GPUs,
+    scripts/gpu_grpo.py, TrainJob nodes) both bake in the model that setup.sh installs."""
     setup = (ROOT / "scripts" / "setup.sh").read_text(encoding="utf-8")
-    dockerfile = (ROOT / "images" / "base" / "Dockerfile").read_text(encoding="utf-8")
+    path = ROOT / "images" / image / "Dockerfile"
+    dockerfile = path.read_text(encoding="utf-8")
     assert f'install_no_deps "{WHEEL_REQUIREMENT}"' in setup
-    assert f'pip install --no-cache-dir --no-deps "{WHEEL_REQUIREMENT}"' in dockerfile
+    install = f'pip install --no-cache-dir --no-deps "{WHEEL_REQUIREMENT}"'
+    assert install in dockerfile
+    # after `pip check`: the wheel's declared dependencies are not installed, so it would fail
+    runs = [args for keyword, args in instructions(path) if keyword == "RUN"]
+    checked = next(i for i, args in enumerate(runs) if "pip check" in args)
+    assert next(i for i, args in enumerate(runs) if install in args) > checked
     # baked at build time where the runtime stage looks for it
     assert "CONDUCTOR_MODEL_CACHE=/opt/models python" in dockerfile.replace(" HF_HUB_OFFLINE=1", "")
     assert "COPY --from=builder /opt/models /opt/models" in dockerfile

@@ -278,7 +278,8 @@ def test_error_for_status_table() -> None:
         408: (ErrorKind.TIMEOUT, True),
         401: (ErrorKind.AUTH, False),
         403: (ErrorKind.AUTH, False),
-        404: (ErrorKind.CLIENT, False),
+        404: (ErrorKind.NOT_FOUND, False),
+        400: (ErrorKind.CLIENT, False),
         500: (ErrorKind.SERVER, True),
         501: (ErrorKind.SERVER, False),
         529: (ErrorKind.SERVER, True),
@@ -286,6 +287,14 @@ def test_error_for_status_table() -> None:
     for status, (kind, retryable) in cases.items():
         e = error_for_status(status, "x")
         assert (e.kind, e.retryable, e.status) == (kind, retryable, status)
+
+
+def test_a_worker_that_is_not_deployed_is_infrastructure_not_the_plans_fault() -> None:
+    """A 404 (a misconfigured model name or endpoint) must not score plans 0 in training."""
+    from conductor_core.workers.types import is_plan_fault
+
+    assert not is_plan_fault(error_for_status(404, "model 'gpt-9' does not exist").kind)
+    assert is_plan_fault(error_for_status(400, "bad request").kind)
 
 
 def test_a_prompt_longer_than_the_context_is_a_context_overflow_and_the_plans_fault() -> None:

@@ -31,7 +31,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from conductor_core.evaluate.methods import Attempt, BareQuestionCaller, single_worker
+from conductor_core.evaluate.methods import (
+    Attempt,
+    BareQuestionCaller,
+    failure_of_samples,
+    single_worker,
+)
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.evaluate.routers.encoder import SentenceEncoder, get_encoder
 from conductor_core.solve import SolveOptions, solve
@@ -197,8 +202,10 @@ class SmoothieMethod:
             for w, s in zip(self.workers, summaries, strict=True)
             if not s.infra_error and s.answer
         ]
+        plan_failure, infra_error = (None, False) if valid else failure_of_samples(summaries)
         summary = TraceSummary(
-            infra_error=not valid,
+            infra_error=infra_error,
+            plan_failure=plan_failure,
             calls=sum(s.calls for s in summaries),
             input_tokens=sum(s.input_tokens for s in summaries),
             output_tokens=sum(s.output_tokens for s in summaries),

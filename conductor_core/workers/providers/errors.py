@@ -54,9 +54,11 @@ def error_for_status(
     """Map an HTTP status to a :class:`ProviderError` with the right kind and retryability.
 
     429 -> rate limit (retried, honouring ``retry_after``); 408 -> timeout (retried);
-    401/403 -> auth (not retried); 5xx and 529 -> server error (retried, except 501); 413, or a
-    400/422 whose message says the prompt exceeds the model's context -> context overflow (not
-    retried); any other status -> client error (not retried).
+    401/403 -> auth (not retried); 404 -> not found (a worker's model or endpoint that is not
+    deployed: the configuration's fault, not the plan's; not retried); 5xx and 529 -> server
+    error (retried, except 501); 413, or a 400/422 whose message says the prompt exceeds the
+    model's context -> context overflow (not retried); any other status -> client error (not
+    retried).
     """
     if status == 429:
         kind, retryable = ErrorKind.RATE_LIMIT, True
@@ -64,6 +66,8 @@ def error_for_status(
         kind, retryable = ErrorKind.TIMEOUT, True
     elif status in (401, 403):
         kind, retryable = ErrorKind.AUTH, False
+    elif status == 404:
+        kind, retryable = ErrorKind.NOT_FOUND, False
     elif status >= 500:
         kind, retryable = ErrorKind.SERVER, status != 501
     elif status == 413 or (status in (400, 422) and _CONTEXT_OVERFLOW.search(message)):
