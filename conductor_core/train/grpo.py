@@ -374,6 +374,12 @@ def rank_batch(config: StageConfig, world_size: int) -> tuple[int, int]:
     return micro, per_rank // micro
 
 
+def check_backend(config: StageConfig, device: str) -> None:
+    """Refuse a generation backend ``device`` cannot run (before any minute is spent)."""
+    if config.generation.backend == "vllm" and device != "cuda":
+        raise ConfigError("generation.backend: vllm needs a GPU; use 'transformers' on CPU")
+
+
 def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: bool):
     """The TRL ``GRPOConfig`` for ``config``.
 
@@ -392,8 +398,7 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
     launch = ranks.current()
     micro, accumulation = rank_batch(config, launch.world_size)
     use_vllm = gen.backend == "vllm"
-    if use_vllm and device != "cuda":
-        raise ConfigError("generation.backend: vllm needs a GPU; use 'transformers' on CPU")
+    check_backend(config, device)
     warmup_steps = math.ceil(config.steps * config.warmup_ratio)
     scheduler = config.lr_scheduler
     if scheduler == "constant" and warmup_steps:
@@ -650,6 +655,7 @@ def run_stage(
     try:
         require("trl", "train", "GRPO training")
         device = resolve_device(config)
+        check_backend(config, device)
         ranks.init_distributed(device)
         # This node's local main prepares the files (tiny model, warm-up, a checkpoint from S3)
         # first; the node's other ranks then find them.
