@@ -33,6 +33,7 @@ SIZE_AND_HARDWARE = {
     "warmup.steps",
     "warmup.batch_size",
     "warmup.max_subtask_chars",  # what fits the completion length
+    "warmup.learning_rate",
 }
 """The fields `small` may set apart from `paper` (docs/training.md, "Profiles", gives each
 reason)."""
