@@ -219,13 +219,12 @@ def own_plan_texts(
     *,
     seed: int = 0,
     descriptions: Sequence[str] = (),
-) -> tuple[list[tuple[list[dict[str, str]], str]], int]:
+) -> list[tuple[list[dict[str, str]], str]]:
     """The model's own plans under the plan grammar (``warmup.targets: own``): ``count``
     requests over the training problems, offered and shown as :func:`warmup_texts` offers them,
     each sampled once at the stage's temperature by the library's local plan source with the
     plan grammar on (as a served Conductor decodes); returns the (prompt messages, plan text)
-    pairs of the plans that parse (a plan may still be cut off at the completion length) and
-    how many were sampled.
+    pairs of the plans that parse (a plan may still be cut off at the completion length).
 
     Imitating them moves the model towards its own distribution restricted to the grammar:
     the format is taught, and which workers, subtasks and access lists it writes stay its own.
@@ -261,8 +260,7 @@ def own_plan_texts(
     results = []
     for start in range(0, len(requests), batch):
         results += source.generate_many(requests[start : start + batch])
-    kept = [(plan_messages(q), r.raw) for q, r in zip(requests, results, strict=True) if r.ok]
-    return kept, len(requests)
+    return [(plan_messages(q), r.raw) for q, r in zip(requests, results, strict=True) if r.ok]
 
 
 def run_warmup(
@@ -289,7 +287,7 @@ def run_warmup(
     started = time.perf_counter()
     if spec.targets == "own":
         sampled = spec.samples or count
-        examples, _ = own_plan_texts(
+        examples = own_plan_texts(
             model,
             tokenizer,
             problems,

@@ -64,13 +64,13 @@ def test_own_plans_are_the_models_plans_under_the_grammar_as_the_stage_asks(tiny
 
     model, tok = tiny
     config = _own()
-    kept, sampled = own_plan_texts(model, tok, PROBLEMS, 4, config, 8, seed=1)
-    assert sampled == 8 and kept  # an untrained model still finishes some plans in 48 tokens
+    kept = own_plan_texts(model, tok, PROBLEMS, 4, config, 8, seed=1)
+    assert 0 < len(kept) <= 8  # an untrained model still finishes some plans in 48 tokens
     for messages, plan in kept:
         assert messages[-1]["role"] == "user" and "Models:" in messages[-1]["content"]
         workflow, error = try_parse_plan(plan, workers=None, max_steps=5, access_mode="binary")
         assert workflow is not None, error
-    again, _ = own_plan_texts(model, tok, PROBLEMS, 4, config, 8, seed=1)
+    again = own_plan_texts(model, tok, PROBLEMS, 4, config, 8, seed=1)
     assert again == kept  # seeded: a rerun samples the same plans
 
 

