@@ -25,7 +25,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.train import ranks
-from conductor_core.train.config import LoraSpec, StageConfig
+from conductor_core.train.config import StageConfig
 from conductor_core.train.reward import ConductorReward, RoundState, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
@@ -460,19 +460,9 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
 
 def peft_config(config: StageConfig):
     """A PEFT LoRA config when ``lora.enabled``, else None."""
+    from conductor_core.train.adapters import lora_adapters
+
     return lora_adapters(config.lora) if config.lora.enabled else None
-
-
-def lora_adapters(spec: LoraSpec):
-    """PEFT's LoRA config of ``spec``'s shape (whether or not the stage trains with it)."""
-    peft = require("peft", "train", "LoRA training")
-    return peft.LoraConfig(
-        r=spec.r,
-        lora_alpha=spec.alpha,
-        lora_dropout=spec.dropout,
-        target_modules=list(spec.target_modules),
-        task_type="CAUSAL_LM",
-    )
 
 
 def make_callbacks(

@@ -316,7 +316,7 @@ def run_warmup(
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     trained = model
     if spec.lora:
-        from conductor_core.train.grpo import lora_adapters
+        from conductor_core.train.adapters import lora_adapters
 
         peft = require("peft", "train", "a LoRA warm-up")
         trained = peft.get_peft_model(model, lora_adapters(config.lora))
