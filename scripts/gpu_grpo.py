@@ -182,32 +182,34 @@ def main(argv: list[str] | None = None) -> int:
         help="Override any stage config field, as `conductor train --set` does.",
     )
     args = parser.parse_args(argv)
+    from conductor_core.errors import ConductorError
 
+    try:
+        return run(args)
+    except ConductorError as exc:  # a configuration this machine cannot run: one line
+        print(f"gpu_grpo: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train the stage ``args`` describe, print its figures and write them to
+    ``<out>/gpu_grpo.json``."""
     import torch
 
-    from conductor_core.errors import ConductorError
     from conductor_core.train.grpo import run_stage
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
     out = Path(args.out)
     t0 = time.perf_counter()
-    try:
-        config = stage_config(args, out, cuda)
-    except ConductorError as exc:
-        print(f"gpu_grpo: {exc}", file=sys.stderr)
-        return 2
+    config = stage_config(args, out, cuda)
     build_s = time.perf_counter() - t0
     print(f"model: {config.model.path} ({build_s:.0f}s to prepare)", flush=True)
     generations = instrument_generation(cuda)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t1 = time.perf_counter()
-    try:
-        result = run_stage(config, progress=True, log=print)
-    except ConductorError as exc:  # a configuration this machine cannot run: one line
-        print(f"gpu_grpo: {exc}", file=sys.stderr)
-        return 2
+    result = run_stage(config, progress=True, log=print)
     train_s = time.perf_counter() - t1
     steps = [h for h in result.history if "step_time" in h]
     completions = config.completions_per_step

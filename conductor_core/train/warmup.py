@@ -86,6 +86,23 @@ def synthetic_plan(
     return Workflow(steps=tuple(steps), access_mode=AccessMode(access_mode)).render()
 
 
+def draw_example(
+    rng: Random,
+    problems: Sequence[Problem],
+    pool_size: int,
+    config: StageConfig,
+    descriptions: Sequence[str] = (),
+) -> tuple[Problem, list[int], tuple[str, ...]]:
+    """One warm-up example's question and workers: a training problem, a random offered subset
+    of the pool (:func:`~conductor_core.train.data.offered_subset` with the stage's
+    ``adaptive.k_min``/``k_max``) as the stage's dataset shows it
+    (:func:`~conductor_core.train.data.shown_workers`), and the descriptions by shown id."""
+    problem = rng.choice(problems)
+    offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
+    shown, _, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
+    return problem, shown, shown_desc
+
+
 def warmup_texts(
     problems: Sequence[Problem],
     pool_size: int,
@@ -110,9 +127,7 @@ def warmup_texts(
     bank = ProblemBank(choices) if config.experimental.warmup_recursion_fraction > 0 else None
     out = []
     for _ in range(count):
-        p = rng.choice(choices)
-        offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
-        offered, _, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
+        p, offered, shown_desc = draw_example(rng, choices, pool_size, config, descriptions)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
         plan = synthetic_plan(
             rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
@@ -238,9 +253,7 @@ def own_plan_texts(
     choices = list(problems)
     requests = []
     for i in range(count):
-        p = rng.choice(choices)
-        offered = offered_subset(rng, pool_size, config.adaptive.k_min, config.adaptive.k_max)
-        offered, _, shown_desc = shown_workers(rng, config, offered, pool_size, descriptions)
+        p, offered, shown_desc = draw_example(rng, choices, pool_size, config, descriptions)
         options = stage_options(config, offered, shown_desc)
         requests.append(plan_request(p.question, pool_size, options, sample_index=i))
     gen = config.generation
