@@ -308,6 +308,7 @@ def _warmed_up(
             config,
             descriptions=descriptions,
             on_step=_loss_lines(log, "warm-up", config.warmup.steps),
+            log=log,
         )
         parsed = (
             f", from {stats['parsed']:.0f} of {stats['sampled']:.0f} sampled plans that parse"

@@ -234,6 +234,7 @@ def own_plan_texts(
     *,
     seed: int = 0,
     descriptions: Sequence[str] = (),
+    log: Callable[[str], None] | None = None,
 ) -> list[tuple[list[dict[str, str]], str]]:
     """The model's own plans under the plan grammar (``warmup.targets: own``): ``count``
     requests over the training problems, offered and shown as :func:`warmup_texts` offers them,
@@ -273,6 +274,9 @@ def own_plan_texts(
     results = []
     for start in range(0, len(requests), batch):
         results += source.generate_many(requests[start : start + batch])
+        if log is not None:  # sampling is most of the start's time on a CPU: minutes
+            parsed = sum(r.ok for r in results)
+            log(f"warm-up: sampled {len(results)}/{len(requests)} own plans, {parsed} parse")
     return [(plan_messages(q), r.raw) for q, r in zip(requests, results, strict=True) if r.ok]
 
 
@@ -285,11 +289,13 @@ def run_warmup(
     *,
     descriptions: Sequence[str] = (),
     on_step: Callable[[int, float], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     """Train ``model`` in place on valid plans (``warmup.targets``: synthetic ones, or the
     model's own under the plan grammar, :func:`own_plan_texts`); returns ``{"steps", "loss",
     "seconds"}`` (and for own plans ``"sampled"``, ``"parsed"``). ``descriptions`` (by pool
-    id) are shown in descriptor mode, as the stage's dataset shows them. With ``warmup.lora``
+    id) are shown in descriptor mode, as the stage's dataset shows them; ``log`` gets a line
+    after each batch of own plans sampled. With ``warmup.lora``
     it trains LoRA adapters and merges them into ``model``'s weights.
 
     Stops after ``warmup.steps`` steps or ``warmup.max_seconds``, whichever comes first.
@@ -309,6 +315,7 @@ def run_warmup(
             sampled,
             seed=config.seed + 1,
             descriptions=descriptions,
+            log=log,
         )
         if not examples:
             raise ConfigError(

@@ -81,8 +81,12 @@ def test_a_lora_warmup_merges_its_update_into_the_weights(tiny):
     model, tok = tiny
     model = copy.deepcopy(model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    stats = run_warmup(model, tok, PROBLEMS, 4, _own(lora=True, learning_rate=1e-2))
+    lines: list[str] = []
+    stats = run_warmup(
+        model, tok, PROBLEMS, 4, _own(lora=True, learning_rate=1e-2), log=lines.append
+    )
     assert stats["steps"] == 2 and 0 < stats["parsed"] <= stats["sampled"] == 8
+    assert lines[-1] == f"warm-up: sampled 8/8 own plans, {stats['parsed']:.0f} parse"
     after = dict(model.named_parameters())
     assert set(after) == set(before)  # merged: no adapter left in the model
     moved = [n for n in before if not (after[n].detach() == before[n]).all()]
