@@ -1,0 +1,195 @@
+"""The `small` profile's learning figures across independent seeds (issue 42 §3): train the
+stages as the pipeline chains them (base -> adaptive -> recursive, each from the one before) once
+per seed, then evaluate the last model on the generator's held-out questions and on the 14 demo
+questions (10 repeats), under the plan grammar (as deployed) and unaided, beside the zero-shot
+model and the best single worker.
+
+    .venv/bin/python bench/bench_small_profile.py [--seeds 3] [--out runs/small] \\
+        [--stages base,adaptive,recursive] [--steps base=16] [--set FIELD=VALUE ...]
+
+Each seed's stage folders are reused when their model exists, so a killed bench picks up where it
+stopped. Prints one row per seed as it finishes, then mean ± s.e. across seeds and the goals:
+the trained model beats the best single worker by at least 15 points on held-out questions and 10
+on the demo questions, with at most 2% unaided format errors. On 2 CPU cores a GRPO step of the
+profile takes about 90 s (docs/notes/training.md), so the profile's 90 steps take over two hours a
+seed: `--steps` shortens the stages for a quicker, smaller figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = ROOT / "conductor_core" / "resources" / "train" / "pool.yaml"
+HELD_OUT = ROOT / "conductor_core" / "resources" / "train" / "problems.jsonl"
+STAGES = ("base", "adaptive", "recursive")
+HELD_OUT_MARGIN = 0.15
+DEMO_MARGIN = 0.10
+MAX_UNAIDED_FORMAT_ERRORS = 0.02
+
+EVALS: dict[str, list[str]] = {
+    "held-out": ["--benchmark", str(HELD_OUT), "--split", "test"],
+    "demo": ["--benchmark", "demo", "--repeats", "10"],
+}
+"""The two question sets, as `conductor eval run` arguments."""
+
+
+def conductor(*args: str) -> None:
+    """Run one `conductor` command, its output streamed to stderr as progress."""
+    cmd = [sys.executable, "-m", "conductor_core", *args]
+    print("$ conductor " + " ".join(args), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+
+
+def evaluate(model: str, name: str, out: Path, *, grammar: bool, baselines: bool = False) -> dict:
+    """The summary row of ``model`` on question set ``name`` (``baselines``: the best single
+    worker's accuracy too, as ``best_single``); reuses a finished evaluation in ``out``."""
+    summary = out / "summary.json"
+    if not summary.is_file():
+        args = ["eval", "run", *EVALS[name], "--pool", str(POOL), "--conductor", model]
+        args += ["--plan-grammar" if grammar else "--no-plan-grammar", "--no-progress"]
+        args += ["--out", str(out)] + (["--baselines", "single"] if baselines else [])
+        conductor(*args)
+    rows = json.loads(summary.read_text())["rows"]
+    mine = next(r for r in rows if r["benchmark"] == "average" and r["method"].startswith("cond"))
+    result = {
+        "accuracy": mine["accuracy"],
+        "format_errors": mine["format_error_rate"],
+        "calls": mine["calls_per_question"],
+    }
+    if baselines:
+        result["best_single"] = max(
+            r["accuracy"]
+            for r in rows
+            if r["benchmark"] == "average" and r["method"].startswith("single")
+        )
+    return result
+
+
+def train(seed_dir: Path, stages: list[str], steps: dict[str, int], sets: list[str]) -> str:
+    """Train ``stages`` in order for one seed (each from the one before); the last model."""
+    init: str | None = None
+    for stage in stages:
+        out = seed_dir / stage
+        if not (out / "model").is_dir():
+            args = ["train", "--stage", stage, "--profile", "small", "--output-dir", str(out)]
+            args += ["--set", f"seed={seed_dir.name.removeprefix('seed-')}", "--no-progress"]
+            args += ["--init-from", init] if init else []
+            args += ["--steps", str(steps[stage])] if stage in steps else []
+            for item in sets:
+                args += ["--set", item]
+            conductor(*args)
+        init = str(out / "model")
+    assert init is not None
+    return init
+
+
+def figures(model: str, out: Path, *, baselines: bool = False) -> dict[str, float]:
+    """Held-out and demo figures of one model: under the grammar and unaided."""
+    row: dict[str, float] = {}
+    for name in EVALS:
+        grammar = evaluate(model, name, out / f"{name}-grammar", grammar=True, baselines=baselines)
+        unaided = evaluate(model, name, out / f"{name}-unaided", grammar=False)
+        row[f"{name} accuracy"] = grammar["accuracy"]
+        row[f"{name} unaided accuracy"] = unaided["accuracy"]
+        row[f"{name} unaided format errors"] = unaided["format_errors"]
+        row[f"{name} calls"] = grammar["calls"]
+        if baselines:
+            row[f"{name} best single"] = grammar["best_single"]
+    return row
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error across seeds (0 for one seed)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+COLUMNS = (
+    "held-out accuracy",
+    "held-out unaided accuracy",
+    "held-out unaided format errors",
+    "held-out calls",
+    "demo accuracy",
+    "demo unaided accuracy",
+    "demo unaided format errors",
+    "demo calls",
+)
+
+
+def print_row(label: str, row: dict[str, float], seconds: str = "") -> None:
+    """One Markdown row of the table."""
+    print(f"| {label} | " + " | ".join(f"{row[c]:.3f}" for c in COLUMNS) + f" | {seconds} |")
+
+
+def parse_steps(items: list[str]) -> dict[str, int]:
+    """``--steps stage=N`` items as a dict, refusing unknown stages."""
+    steps: dict[str, int] = {}
+    for item in items:
+        stage, _, n = item.partition("=")
+        if stage not in STAGES or not n.isdigit():
+            raise SystemExit(f"error: --steps {item}: expected STAGE=N with STAGE in {STAGES}")
+        steps[stage] = int(n)
+    return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="Training seeds 0..N-1.")
+    parser.add_argument("--out", default="runs/small", help="Folder of every run (reused).")
+    parser.add_argument("--stages", default=",".join(STAGES), help="Stages to chain, in order.")
+    parser.add_argument("--steps", action="append", default=[], help="STAGE=N: fewer steps.")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="FIELD=VALUE.")
+    args = parser.parse_args(argv)
+    stages = [s for s in args.stages.split(",") if s]
+    if not stages or any(s not in STAGES for s in stages):
+        print(f"error: --stages {args.stages}: choose from {','.join(STAGES)}", file=sys.stderr)
+        return 2
+    steps = parse_steps(args.steps)
+    out = Path(args.out).resolve()
+    print("| model | " + " | ".join(COLUMNS) + " | s |")
+    print("|---|" + "---|" * (len(COLUMNS) + 1))
+    zero = figures("smollm2-135m-instruct", out / "zero-shot", baselines=True)
+    print_row("zero-shot", zero)
+    best = {name: zero[f"{name} best single"] for name in EVALS}
+    print(f"| best single worker | {best['held-out']:.3f} | | | | {best['demo']:.3f} | | | | |")
+    rows = []
+    for seed in range(args.seeds):
+        started = time.perf_counter()
+        seed_dir = out / f"seed-{seed}"
+        model = train(seed_dir, stages, steps, args.sets)
+        row = figures(model, seed_dir / "eval")
+        print_row(f"seed {seed}", row, str(round(time.perf_counter() - started)))
+        sys.stdout.flush()
+        rows.append(row)
+    summary = {c: mean_se([r[c] for r in rows]) for c in COLUMNS}
+    cells = " | ".join(f"{m:.3f} ± {s:.3f}" for m, s in summary.values())
+    print(f"| mean ± s.e. ({len(rows)} seeds) | {cells} | |")
+    held_gain = summary["held-out accuracy"][0] - best["held-out"]
+    demo_gain = summary["demo accuracy"][0] - best["demo"]
+    unaided = max(
+        summary["held-out unaided format errors"][0], summary["demo unaided format errors"][0]
+    )
+    goals = [
+        ("held-out gain over the best single", held_gain, held_gain >= HELD_OUT_MARGIN),
+        ("demo gain over the best single", demo_gain, demo_gain >= DEMO_MARGIN),
+        ("unaided format errors", unaided, unaided <= MAX_UNAIDED_FORMAT_ERRORS),
+    ]
+    print()
+    for name, value, met in goals:
+        print(f"{name}: {value:+.3f} ({'met' if met else 'not met'})")
+    (out / "small.json").write_text(json.dumps({"zero-shot": zero, "seeds": rows}, indent=2))
+    return 0 if all(met for _, _, met in goals) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
