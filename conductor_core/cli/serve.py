@@ -89,6 +89,18 @@ def gateway_config(
     help="Requests per minute per key; failed authentications per client address too.",
 )
 @click.option(
+    "--spend-quota",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Dollars per key (per address when open) per spend_quota_period_s (a day); then 429.",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    default=None,
+    help="Comma-separated proxy addresses/CIDR ranges whose X-Forwarded-For gives the client's "
+    "address [127.0.0.1,::1].",
+)
+@click.option(
     "--max-concurrent-requests",
     default=None,
     type=click.IntRange(min=1),
@@ -166,6 +178,8 @@ def command(
     deadline: float | None,
     request_timeout: float | None,
     rate_limit_per_minute: float | None,
+    spend_quota: float | None,
+    forwarded_allow_ips: str | None,
     max_concurrent_requests: int | None,
     max_concurrent_requests_per_key: int | None,
     trace_sample_rate: float | None,
@@ -207,6 +221,12 @@ def command(
             "deadline_s": deadline,
             "request_timeout_s": request_timeout,
             "rate_limit_per_minute": rate_limit_per_minute,
+            "spend_quota": spend_quota,
+            "forwarded_allow_ips": (
+                None
+                if forwarded_allow_ips is None
+                else [ip.strip() for ip in forwarded_allow_ips.split(",") if ip.strip()]
+            ),
             "max_concurrent_requests": max_concurrent_requests,
             "max_concurrent_requests_per_key": max_concurrent_requests_per_key,
             "trace_sample_rate": trace_sample_rate,

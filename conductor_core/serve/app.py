@@ -28,6 +28,7 @@ from conductor_core.policy.base import PlanSource
 from conductor_core.serve.auth import (
     ApiKeyAuth,
     ConcurrencyLimiter,
+    SpendQuota,
     TokenBucketLimiter,
     load_api_keys,
 )
@@ -232,6 +233,11 @@ def create_app(
         limiter = TokenBucketLimiter(config.rate_limit_per_minute, config.rate_limit_burst)
         # failed authentications, per client address: guessing keys costs the same as calling
         failures = TokenBucketLimiter(config.rate_limit_per_minute, config.rate_limit_burst)
+    quota = (
+        SpendQuota(config.spend_quota, config.spend_quota_period_s)
+        if config.spend_quota is not None
+        else None
+    )
     concurrency = ConcurrencyLimiter(
         config.max_concurrent_requests, config.max_concurrent_requests_per_key
     )
@@ -262,7 +268,7 @@ def create_app(
 
             source = load_plan_source("scripted")
         serving = ConductorServing(
-            config, pool_config, source, metrics=metrics, **(serving_kwargs or {})
+            config, pool_config, source, metrics=metrics, quota=quota, **(serving_kwargs or {})
         )
         app.state.serving = serving
         serving.start()
@@ -334,16 +340,17 @@ def create_app(
         )
 
     def guard(request: fastapi.Request) -> str:
-        """API key, then the caller's rate limit; returns the caller (the key id, or the client
-        address when the gateway is open).
+        """API key, then the caller's rate limit and spend quota; returns the caller (the key
+        id, or the client address when the gateway is open).
 
-        With a rate limit, failed authentications spend a bucket of the client address, and an
-        address whose bucket is empty gets 429 before its key is even compared: a key cannot be
-        guessed faster than the rate limit allows.
+        The key is checked first and only failures are throttled: with a rate limit, each
+        failed authentication spends a bucket of the client address, whose empty bucket turns
+        the 401 into a 429. A valid key is never refused by it, so a client behind the same
+        address (an ingress, a NAT) sending bad keys cannot lock out the others. The address is
+        the peer's, or X-Forwarded-For's when the peer is a trusted proxy
+        (``config.forwarded_allow_ips``, applied by uvicorn).
         """
         address = request.client.host if request.client else "unknown"
-        if failures is not None:
-            failures.check(address)
         try:
             key = auth.authenticate(request.headers.get("authorization"))
         except RequestError:
@@ -354,6 +361,8 @@ def create_app(
         caller = key or address
         if limiter is not None:
             limiter.acquire(caller)
+        if quota is not None:
+            quota.check(caller)
         return caller
 
     def count_body_timeout() -> None:
@@ -400,7 +409,7 @@ def create_app(
             request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
         )
         body = parse_chat_request(raw)
-        job = serving.prepare(body, request.state.request_id)
+        job = serving.prepare(body, request.state.request_id, caller)
         slot = concurrency.acquire(caller)  # a slot only for a request that will run
         if body.stream:
             return SlotStreamingResponse(
@@ -423,7 +432,7 @@ def create_app(
                 config=config,
                 pool=pool_config,
                 auth_enabled=auth.enabled,
-                rate_limited=limiter is not None,
+                rate_limited=limiter is not None or quota is not None,
                 concurrency_limited=concurrency_limited,
             )
         return app.openapi_schema

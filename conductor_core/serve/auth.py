@@ -1,4 +1,4 @@
-"""API keys, per-key rate limits and concurrency limits of the gateway.
+"""API keys, per-key rate limits, spend quotas and concurrency limits of the gateway.
 
 Keys come from a file (one per line, for example a mounted Kubernetes Secret) and/or an
 environment variable; they are compared in constant time and never logged: logs, metrics and
@@ -144,16 +144,6 @@ class TokenBucketLimiter:
         """
         self._take(caller, 1.0)
 
-    def check(self, caller: str) -> None:
-        """Raise as :meth:`acquire` would, without taking a token (``caller``'s bucket is
-        only looked at, so a request that is then served is not charged twice).
-
-        Raises:
-            RequestError: 429 with ``Retry-After`` when ``caller``'s bucket is empty.
-        """
-        if caller in self._buckets:
-            self._take(caller, 0.0)
-
     def _take(self, caller: str, cost: float) -> None:
         now = self._clock()
         tokens, last = self._buckets.pop(caller, (self.burst, now))
@@ -172,6 +162,73 @@ class TokenBucketLimiter:
         self._buckets[caller] = (tokens - cost, now)
         while len(self._buckets) > self._max:
             self._buckets.popitem(last=False)
+
+
+class SpendQuota:
+    """Dollars each caller may spend per period: ``limit`` per ``period_s`` seconds, periods
+    starting at multiples of ``period_s`` since the Unix epoch (86400: each UTC day).
+
+    :meth:`check` refuses a caller who has spent its quota; :meth:`charge` adds a finished
+    request's cost. A request is charged only when it ends (its cost is known only then), so the
+    requests of a caller in flight together may overshoot the quota by their own costs. At most
+    ``max_callers`` callers are kept (least recently charged dropped), as in
+    :class:`TokenBucketLimiter`.
+    """
+
+    def __init__(
+        self,
+        limit: float,
+        period_s: float,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_callers: int = 10_000,
+    ) -> None:
+        if not (limit > 0 and period_s > 0):
+            raise ValueError("limit and period_s must be > 0")
+        self.limit = limit
+        self.period_s = period_s
+        self._clock = clock
+        self._max = max_callers
+        self._spent: OrderedDict[str, tuple[int, float]] = OrderedDict()  # period index, dollars
+
+    def spent(self, caller: str) -> float:
+        """Dollars ``caller`` has spent in the current period."""
+        period, dollars = self._spent.get(caller, (-1, 0.0))
+        return dollars if period == self._period() else 0.0
+
+    def check(self, caller: str) -> None:
+        """Admit a request of ``caller`` unless it has spent its quota.
+
+        Raises:
+            RequestError: 429 ``insufficient_quota`` naming the quota, with ``Retry-After`` (the
+                seconds until the period ends) and ``x-should-retry: false`` (an SDK's quick
+                retries cannot succeed).
+        """
+        spent = self.spent(caller)
+        if spent < self.limit:
+            return
+        now = self._clock()
+        wait = max(1, math.ceil((self._period() + 1) * self.period_s - now))
+        raise RequestError(
+            429,
+            f"spend quota exceeded: this API key (or client) has spent ${spent:.4f} of its "
+            f"${self.limit:g} per {self.period_s:g}s (spend_quota); it resets in {wait}s",
+            "insufficient_quota",
+            code="spend_quota_exceeded",
+            headers={"Retry-After": str(wait)},
+            retryable=False,
+        )
+
+    def charge(self, caller: str, dollars: float) -> None:
+        """Add ``dollars`` to what ``caller`` has spent in the current period."""
+        total = self.spent(caller) + max(0.0, dollars)
+        self._spent.pop(caller, None)
+        self._spent[caller] = (self._period(), total)
+        while len(self._spent) > self._max:
+            self._spent.popitem(last=False)
+
+    def _period(self) -> int:
+        return int(self._clock() // self.period_s)
 
 
 class ConcurrencySlot:

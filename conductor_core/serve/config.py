@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.prompts import PromptStyle
@@ -47,11 +49,37 @@ class GatewayConfig(BaseModel):
         gt=0,
         description="Requests per minute per API key (per client address when open), as a "
         "token bucket; over it: 429 with Retry-After. Failed authentications are limited the "
-        "same way per client address: once its bucket is empty, that address gets 429 before "
-        "any key it sends is checked. None: no rate limit.",
+        "same way per client address (see forwarded_allow_ips): once its bucket is empty, a "
+        "wrong or missing key from that address gets 429 instead of 401; a valid key is never "
+        "refused by it. None: no rate limit.",
     )
     rate_limit_burst: int = Field(
         default=10, ge=1, description="Token-bucket capacity: requests allowed in a burst."
+    )
+    spend_quota: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Dollars each API key (each client address when open) may spend per "
+        "spend_quota_period_s, on this replica; a request of a key that has spent it gets 429 "
+        "insufficient_quota until the period ends. Checked before a request runs and charged "
+        "with its cost when it ends, so requests in flight may overshoot it by at most their "
+        "max_cost each. None: no quota.",
+    )
+    spend_quota_period_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Length of a spend_quota period in seconds (periods start at multiples of "
+        "it since the Unix epoch: 86400 = each UTC day).",
+    )
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1"],
+        description="Addresses or CIDR ranges of the proxies trusted to tell the client's "
+        "address in X-Forwarded-For (uvicorn's forwarded_allow_ips); a request from any other "
+        "peer keeps the peer's address. That address keys the failed-authentication throttle "
+        "(and the open gateway's per-client limits), so behind an ingress list the ingress "
+        "controller's pod range, else every client shares its address. '*' trusts any peer.",
     )
     max_concurrent_requests: int | None = Field(
         default=256,
@@ -195,6 +223,21 @@ class GatewayConfig(BaseModel):
         "skipped. The default, and the most a request's conductor.budget.deadline_s may ask "
         "for (None: no default; requests may ask up to request_timeout_s).",
     )
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _check_forwarded_allow_ips(cls, value: list[str]) -> list[str]:
+        # uvicorn silently treats a malformed entry as a literal that never matches
+        for entry in value:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is neither an IP address nor a CIDR range (e.g. 10.0.0.0/8) nor '*'"
+                ) from None
+        return value
 
     @model_validator(mode="after")
     def _check_rounds(self) -> GatewayConfig:

@@ -35,8 +35,10 @@ _ERROR_STATUSES = {
     "408": "The request body did not arrive within `body_timeout_s` (`request_read_timeout`; "
     "the connection is closed).",
     "413": "Request body over `max_body_bytes` (`request_too_large`).",
-    "429": "The caller's rate limit is exhausted (`rate_limit_exceeded`) or too many requests "
-    "are in flight (`concurrency_limit_exceeded`); retry after `Retry-After` seconds.",
+    "429": "The caller's rate limit is exhausted (`rate_limit_exceeded`), too many requests "
+    "are in flight (`concurrency_limit_exceeded`) or the caller's spend quota is spent "
+    "(`insufficient_quota`: `spend_quota_exceeded`, until the period ends); retry after "
+    "`Retry-After` seconds.",
     "500": "A bug in the gateway (`internal_error`; the message names the request id).",
     "502": "The Conductor's plan did not parse, a worker failed or the Conductor is unreachable.",
     "504": "The workflow ran past `request_timeout_s` (`request_timeout`).",
@@ -60,8 +62,8 @@ def openapi_description(
     this deployment: the served model id, the values of the parameters it does not honour that
     ask for nothing (``n`` = 1, no tools, ...), the pool's workers and the server's limits on the
     ``conductor`` extension. 401 is listed (and a bearer security scheme declared) only when
-    keys are configured, 429 only when a rate limit (or, for chat completions, a concurrency
-    limit) is. Not served (no docs routes); tests and clients can use it.
+    keys are configured, 429 only when a rate limit or a spend quota (or, for chat completions,
+    a concurrency limit) is. Not served (no docs routes); tests and clients can use it.
     """
     from pydantic.json_schema import models_json_schema
 

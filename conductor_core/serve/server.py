@@ -142,7 +142,8 @@ def read_timeout_protocol(
 
 def uvicorn_options(config: GatewayConfig, metrics: Any = None) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.run``/``uvicorn.Config`` that serve the gateway under
-    ``config``'s connection limit and read timeouts (``metrics``: a
+    ``config``'s connection limit and read timeouts, taking the client's address from
+    ``X-Forwarded-For`` only from ``config.forwarded_allow_ips`` (``metrics``: a
     :class:`~conductor_core.serve.metrics.GatewayMetrics` counting the read timeouts). The
     graceful-shutdown window (``drain_timeout_s``) is the caller's to pass."""
 
@@ -151,6 +152,9 @@ def uvicorn_options(config: GatewayConfig, metrics: Any = None) -> dict[str, Any
             metrics.read_timeouts.labels(phase=phase).inc()
 
     return {
+        # the client's address from X-Forwarded-For, only when the peer is a trusted proxy
+        "proxy_headers": True,
+        "forwarded_allow_ips": list(config.forwarded_allow_ips),
         "http": read_timeout_protocol(config.header_timeout_s, config.body_timeout_s, count),
         "timeout_keep_alive": config.keep_alive_timeout_s,
         "limit_concurrency": config.max_connections,

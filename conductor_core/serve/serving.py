@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from conductor_core.errors import ConductorError
 from conductor_core.policy.base import PlanSource
+from conductor_core.serve.auth import SpendQuota
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.metrics import GatewayMetrics
 from conductor_core.serve.protocol import (
@@ -89,7 +90,8 @@ def compose_question(messages: list[ChatMessage]) -> str:
 @dataclass(frozen=True)
 class SolveJob:
     """A validated request, ready to solve (``max_answer_tokens``: the request's ``max_tokens``
-    or ``max_completion_tokens``, None when it sets neither)."""
+    or ``max_completion_tokens``, None when it sets neither; ``caller``: whose spend quota the
+    workflow's cost is charged to, None: nobody's)."""
 
     request_id: str
     model: str
@@ -99,6 +101,7 @@ class SolveJob:
     return_trace: bool
     include_usage: bool
     max_answer_tokens: int | None = None
+    caller: str | None = None
 
 
 _TOKEN = re.compile(r"\S+")
@@ -351,6 +354,8 @@ class ConductorServing:
         trace_logger: logs a trace (default: :func:`conductor_core.track.traces.log_solve_trace`).
         probe_transport: the ``httpx`` transport of the readiness and health checks (tests
             pass a mock; default: the network).
+        quota: charged with the cost of each workflow that ends, to its job's caller (None:
+            no spend quota).
     """
 
     def __init__(
@@ -363,6 +368,7 @@ class ConductorServing:
         rng: random.Random | None = None,
         trace_logger: Callable[..., Any] | None = None,
         probe_transport: Any = None,
+        quota: SpendQuota | None = None,
     ) -> None:
         from conductor_core.workers.pool import WorkerPool
 
@@ -370,6 +376,7 @@ class ConductorServing:
         self.pool_config = pool_config
         self.plan_source = plan_source
         self.metrics = metrics
+        self.quota = quota
         self.pool = WorkerPool(pool_config)
         self.worker_names = [w.display_name for w in pool_config.workers]
         self.default_options = solve_options(
@@ -406,8 +413,11 @@ class ConductorServing:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def prepare(self, request: ChatCompletionRequest, request_id: str) -> SolveJob:
-        """Validate ``request`` against this server and map it onto solve options.
+    def prepare(
+        self, request: ChatCompletionRequest, request_id: str, caller: str | None = None
+    ) -> SolveJob:
+        """Validate ``request`` against this server and map it onto solve options (``caller``:
+        whose spend quota its cost is charged to).
 
         Raises:
             RequestError: 404 for another model; 400 ``unsupported_parameter`` for a parameter
@@ -437,6 +447,7 @@ class ConductorServing:
             return_trace=return_trace,
             include_usage=include_usage,
             max_answer_tokens=request.token_limit,
+            caller=caller,
         )
 
     def solve_options_for(self, extra: ConductorOptions | None) -> tuple[SolveOptions, bool]:
@@ -620,6 +631,8 @@ class ConductorServing:
                 await _cancelled(task)
             self.metrics.in_flight.dec()
         self.metrics.observe_workflow(trace, self.worker_names, outcome_of(trace))
+        if self.quota is not None and job.caller is not None:
+            self.quota.charge(job.caller, trace.cost)
         self._maybe_log_trace(job, trace)
         return trace
 

@@ -1084,6 +1084,45 @@ def test_every_gateway_setting_reaches_the_config_file(helm, home) -> None:
     assert config.max_cost == 0.5 and config.access_mode.value == "index"
 
 
+def gateway_config_of(docs: list[dict[str, Any]]):
+    """The GatewayConfig the rendered gateway ConfigMap holds."""
+    from conductor_core.serve.config import GatewayConfig
+
+    text = objects(docs, "ConfigMap")[f"{RELEASE}-conductor-gateway"]["data"]["gateway.yaml"]
+    return GatewayConfig.model_validate(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_limits_are_on_by_default(rendered, value_set) -> None:
+    """Every value set (each leaves the limits alone) renders per-request cost and token
+    ceilings, a per-key rate limit and a per-key spend quota, and trusts X-Forwarded-For only
+    from private (pod network) ranges, never from any peer."""
+    config = gateway_config_of(rendered[value_set])
+    assert config.max_cost == 1.0 and config.max_tokens == 100_000
+    assert config.rate_limit_per_minute == 60 and config.rate_limit_burst == 20
+    assert config.spend_quota == 50 and config.spend_quota_period_s == 86_400
+    assert "10.0.0.0/8" in config.forwarded_allow_ips
+    assert "*" not in config.forwarded_allow_ips
+
+
+def test_limits_are_raised_or_lifted_on_purpose(helm, home) -> None:
+    settings = {"spend_quota": None, "rate_limit_per_minute": None, "max_cost": 5}
+    docs = render(
+        helm,
+        home,
+        "--set-json",
+        f"gateway.config={json.dumps(settings)}",
+        "--set-json",
+        'gateway.config.forwarded_allow_ips=["10.42.0.0/16"]',
+    )
+    config = gateway_config_of(docs)
+    assert config.spend_quota is None and config.rate_limit_per_minute is None
+    assert config.max_cost == 5 and config.max_tokens == 100_000
+    assert config.forwarded_allow_ips == ["10.42.0.0/16"]
+    stderr = render_error(helm, home, "--set", "gateway.config.spend_quota=0")
+    assert "spend_quota" in stderr
+
+
 def test_hpa_scales_on_in_flight_requests_with_cpu_as_fallback(rendered) -> None:
     from conductor_core.serve.metrics import GatewayMetrics
 

@@ -255,9 +255,72 @@ def test_failed_authentications_are_rate_limited_per_address(pool, monkeypatch):
     assert guesses[0].headers["x-should-retry"] == "false"
     assert int(guesses[2].headers["retry-after"]) >= 1
     assert guesses[2].json()["error"]["type"] == "rate_limit_error"
-    # the address spent its budget: no key is compared from it until the bucket refills
-    assert right_key_same_address.status_code == 429
+    # only failures are throttled: a valid key from the throttled address (every client behind
+    # one ingress shares it) is still served
+    assert right_key_same_address.status_code == 200
     assert elsewhere.status_code == 200
+
+
+def test_forwarded_allow_ips_must_be_addresses_or_ranges():
+    assert GatewayConfig().forwarded_allow_ips == ["127.0.0.1", "::1"]
+    config = GatewayConfig(forwarded_allow_ips=["10.0.0.0/8", "fd00::/8", "192.168.1.5", "*"])
+    assert config.forwarded_allow_ips[0] == "10.0.0.0/8"
+    for bad in ("10.0.0.1/8", "ingress-nginx", "10.0.0.0/33"):
+        with pytest.raises(ValueError, match="forwarded_allow_ips") as info:
+            GatewayConfig(forwarded_allow_ips=[bad])
+        assert bad in str(info.value)
+
+
+def test_a_spent_quota_is_429_naming_the_limit_until_the_period_ends(pool, monkeypatch):
+    monkeypatch.setenv(KEYS_ENV, f"{KEY},{KEY}-other")
+    # a tiny quota: the first answer of the bundled (priced) pool spends it
+    config = GatewayConfig(api_keys_env=KEYS_ENV, spend_quota=1e-9, spend_quota_period_s=3600)
+
+    async def go():
+        async with gateway(pool, config) as app:
+            first = await post(app, body(), authorization=f"Bearer {KEY}")
+            spent = await post(app, body(), authorization=f"Bearer {KEY}")
+            spent_stream = await post(app, body(stream=True), authorization=f"Bearer {KEY}")
+            other_stream = await post(app, body(stream=True), authorization=f"Bearer {KEY}-other")
+            after_stream = await post(app, body(), authorization=f"Bearer {KEY}-other")
+            return first, spent, spent_stream, other_stream, after_stream
+
+    first, spent, spent_stream, other_stream, after_stream = run(go())
+    assert first.status_code == 200 and first.json()["conductor"]["cost"] > 0
+    assert other_stream.status_code == 200  # a quota per key
+    assert other_stream.text.rstrip().endswith("data: [DONE]")
+    for refused in (spent, spent_stream, after_stream):  # a stream's cost is charged too
+        error = assert_openai_error(refused, 429)
+        assert error["type"] == "insufficient_quota"
+        assert error["code"] == "spend_quota_exceeded"
+        assert "spend quota exceeded" in error["message"] and "spend_quota" in error["message"]
+        assert "per 3600s" in error["message"]
+        assert 1 <= int(refused.headers["retry-after"]) <= 3600
+        assert refused.headers["x-should-retry"] == "false"
+
+
+def test_spend_quota_resets_each_period_and_keeps_a_bounded_table():
+    from conductor_core.serve.auth import SpendQuota
+
+    now = [7200.0 + 10]
+    quota = SpendQuota(1.0, 3600, clock=lambda: now[0], max_callers=2)
+    quota.check("a")
+    quota.charge("a", 0.6)
+    quota.check("a")
+    quota.charge("a", 0.6)
+    with pytest.raises(RequestError) as info:
+        quota.check("a")
+    assert info.value.status == 429 and info.value.headers["Retry-After"] == "3590"
+    assert "$1.2000 of its $1 per 3600s" in info.value.message
+    quota.check("b")  # another caller has its own
+    now[0] = 10800.0  # the next period
+    quota.check("a")
+    assert quota.spent("a") == 0.0
+    quota.charge("b", 1)
+    quota.charge("c", 1)  # evicts the least recently charged ("a")
+    assert len(quota._spent) == 2
+    with pytest.raises(ValueError):
+        SpendQuota(0, 3600)
 
 
 # -- 2. hostile input -----------------------------------------------------------------------------
