@@ -13,9 +13,10 @@ def close_run(
     tracking_uri: str = "",
 ) -> str:
     """Runs after every other task of the pipeline run, whether they succeeded or not: ends the
-    run's MLflow parent run with the pipeline's final state (`SUCCEEDED` -> FINISHED, `FAILED`
-    -> FAILED, `CANCELED` -> KILLED), and any of its runs a killed task left RUNNING. Returns
-    the MLflow status (empty when no task opened an MLflow run)."""
+    run's MLflow parent run with the pipeline's final state (`COMPLETE` from the backend or
+    `SUCCEEDED` from the local runner -> FINISHED, `CANCELED` -> KILLED, else FAILED), and any
+    of its runs a killed task left RUNNING. Returns the MLflow status (empty when no task opened
+    an MLflow run)."""
     from conductor_core.pipeline_tasks.context import close_parent_run
 
     return close_parent_run(run_id, pipeline, status.state, tracking_uri=tracking_uri or None) or ""

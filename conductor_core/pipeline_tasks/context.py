@@ -66,9 +66,22 @@ def parent_run(run_id: str, pipeline: str, tracking_uri: str | None = None) -> s
     return pipeline_run(pipeline, run_id, experiment=PIPELINE_EXPERIMENT, tracking_uri=tracking_uri)
 
 
-KFP_FINAL_STATES = {"SUCCEEDED": "FINISHED", "CANCELED": "KILLED", "CANCELLED": "KILLED"}
-"""MLflow's status for KFP's final state of a pipeline run (``PipelineTaskFinalStatus.state``);
-every other state (``FAILED``, ...) ends the runs ``FAILED``."""
+KFP_FINAL_STATES = {
+    # kfp.local, and the v2 API's task states (PipelineTaskDetail.TaskState)
+    "SUCCEEDED": "FINISHED",
+    "SKIPPED": "FINISHED",
+    "CACHED": "FINISHED",
+    # ML Metadata's execution states, which the open-source backend's driver hands the exit
+    # handler (Execution.LastKnownState: COMPLETE on success; newer drivers map SUCCEEDED,
+    # SKIPPED and CACHED to COMPLETE too)
+    "COMPLETE": "FINISHED",
+    "CANCELED": "KILLED",
+    "CANCELLED": "KILLED",
+    "CANCELING": "KILLED",
+}
+"""MLflow's status for KFP's final state of a pipeline run (``PipelineTaskFinalStatus.state``),
+every spelling a backend or the local runner passes; every other state (``FAILED``, ``UNKNOWN``,
+a task still ``RUNNING``...) ends the runs ``FAILED``."""
 
 
 def close_parent_run(
@@ -80,8 +93,9 @@ def close_parent_run(
     log: Log = print_line,
 ) -> str | None:
     """End the pipeline run's parent MLflow run with the pipeline's final state (the exit
-    handler's task, whatever happened before it): KFP's ``SUCCEEDED`` ends it ``FINISHED``,
-    ``CANCELED`` ``KILLED``, anything else ``FAILED``; its runs still RUNNING (a task whose pod
+    handler's task, whatever happened before it): success (``SUCCEEDED`` from the local runner,
+    ``COMPLETE`` from the backend: :data:`KFP_FINAL_STATES`) ends it ``FINISHED``, a cancel
+    ``KILLED``, anything else ``FAILED``; its runs still RUNNING (a task whose pod
     was killed) end the same way. Returns the MLflow status, or None when no task of the run
     opened a parent run (nothing is created: a run stopped by its parameter check)."""
     from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri

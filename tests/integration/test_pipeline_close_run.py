@@ -41,7 +41,14 @@ def _status(uri: str, run_id: str) -> str:
 
 @pytest.mark.parametrize(
     ("state", "status"),
-    [("SUCCEEDED", "FINISHED"), ("FAILED", "FAILED"), ("CANCELED", "KILLED")],
+    [
+        ("SUCCEEDED", "FINISHED"),  # kfp.local
+        ("COMPLETE", "FINISHED"),  # the open-source backend's driver (ML Metadata's state)
+        ("CACHED", "FINISHED"),
+        ("FAILED", "FAILED"),
+        ("CANCELED", "KILLED"),
+        ("UNKNOWN", "FAILED"),
+    ],
 )
 def test_the_parent_run_ends_with_the_pipelines_final_state(store, state, status):
     parent = pipeline_run("conductor-training", f"kfp-{state}", experiment=PIPELINE_EXPERIMENT)
