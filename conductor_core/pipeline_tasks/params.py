@@ -91,6 +91,13 @@ def check_training_params(
             checked["placement"] = profile_placement(profile)
         except ConfigError as exc:
             problems.append(str(exc))
+        if launcher == "trainjob" and checked.get("placement") == "cpu":
+            # the TrainJob asks for the cluster settings' GPU nodes: a CPU profile would hold
+            # them for a job that never touches a GPU
+            problems.append(
+                f"launcher: trainjob runs on the cluster's GPU nodes, and profile {profile!r} "
+                "trains on CPU; use launcher=pod"
+            )
     if artifact_root is not None:
         root, found = check_artifact_root(
             artifact_root,

@@ -224,6 +224,22 @@ def test_the_small_profile_on_the_simulated_pool_passes_the_parameter_check():
     assert (checked["profile"], checked["placement"]) == ("small", "cpu")
 
 
+@pytest.mark.parametrize("profile", ["tiny", "small"])
+def test_a_cpu_profile_with_the_trainjob_launcher_stops_at_the_parameter_check(profile):
+    """Not sent to the cluster's GPU nodes as a TrainJob that never touches a GPU."""
+    from conductor_core.pipeline_tasks.params import check_training_params
+    from conductor_core.train.config import bundled_pool
+
+    with pytest.raises(ConfigError) as err:
+        check_training_params(**_params(profile=profile, launcher="trainjob"))
+    assert str(err.value) == (
+        f"pipeline parameters: launcher: trainjob runs on the cluster's GPU nodes, and profile "
+        f"'{profile}' trains on CPU; use launcher=pod"
+    )
+    paper = _params(profile="paper", launcher="trainjob", pool=bundled_pool("paper"))
+    assert check_training_params(**paper)["placement"] == "gpu"
+
+
 # -- placement: from the profile's device, not its name -----------------------------------------
 
 
