@@ -303,3 +303,104 @@ def test_a_redirect_is_followed_by_the_sdks_client() -> None:
     assert run(server, body) == "moved"
     paths = [line.split()[1] for line, _, _ in server.requests]
     assert paths == ["/v1/chat/completions"] * 2 + ["/elsewhere/chat/completions"]
+
+
+class EndlessServer:
+    """A loopback server answering every request with a chunked body of 64 KiB chunks until the
+    client goes (or, so that a client without a limit cannot take the machine's memory, until
+    64 MiB), or with ``declared`` as its Content-Length (then trickling); counts the bytes it
+    managed to send."""
+
+    def __init__(self, declared: int | None = None) -> None:
+        self.declared = declared
+        self.sent = 0
+
+    async def __aenter__(self) -> EndlessServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+            length = int(head.split("content-length:")[1].split("\r\n")[0])
+            await reader.readexactly(length)
+            framing = (
+                "transfer-encoding: chunked"
+                if self.declared is None
+                else f"content-length: {self.declared}"
+            )
+            writer.write(
+                f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\n\r\n".encode()
+            )
+            piece = b"x" * 65536
+            chunk = piece if self.declared is not None else b"10000\r\n" + piece + b"\r\n"
+            while self.sent < 64 * 2**20:
+                writer.write(chunk)
+                await writer.drain()
+                self.sent += len(piece)
+                if self.declared is not None:
+                    await asyncio.sleep(0.01)
+            if self.declared is None:
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("declared", [None, 10 * 2**30], ids=["endless-chunked", "declared-10GiB"])
+def test_an_endless_body_is_a_clear_error_after_a_bounded_read(declared) -> None:
+    from conductor_core.workers.providers.http11 import DEFAULT_MAX_BODY_BYTES
+
+    async def main() -> tuple[ProviderError, int]:
+        async with EndlessServer(declared) as server:
+            provider = OpenAIProvider(worker(server.url, timeout_s=30))
+            try:
+                error = await error_of(provider)
+            finally:
+                await provider.aclose()
+            await asyncio.sleep(0.05)
+            return error, server.sent
+
+    error, sent = asyncio.run(main())
+    assert error.kind == ErrorKind.MALFORMED
+    assert f"more than the limit of {DEFAULT_MAX_BODY_BYTES} bytes" in str(error)
+    # reading stopped at the limit (plus what the sockets' buffers held)
+    assert sent < DEFAULT_MAX_BODY_BYTES + 8 * 2**20
+    if declared is not None:  # refused on the header, before the body
+        assert "declared as" in str(error) and sent < 4 * 2**20
+
+
+def test_a_gzip_bomb_is_refused_without_expanding_it() -> None:
+    import tracemalloc
+
+    from conductor_core.workers.providers.http11 import DEFAULT_MAX_BODY_BYTES
+
+    bomb = gzip.compress(b"0" * (256 * 2**20), compresslevel=9)  # 256 MiB in about 250 KiB
+    assert len(bomb) < DEFAULT_MAX_BODY_BYTES
+    server = RawServer(reply(raw=bomb, headers={"content-encoding": "gzip"}))
+
+    async def body(provider: OpenAIProvider) -> tuple[ProviderError, int]:
+        tracemalloc.start()
+        try:
+            error = await error_of(provider)
+            return error, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    error, peak = run(server, body)
+    assert error.kind == ErrorKind.MALFORMED
+    assert f"decodes to more than the limit of {DEFAULT_MAX_BODY_BYTES} bytes" in str(error)
+    assert peak < 3 * DEFAULT_MAX_BODY_BYTES  # never the 256 MiB
+
+
+def test_a_truncated_gzip_body_is_a_connection_error() -> None:
+    squeezed = gzip.compress(json.dumps(completion("cut")).encode())[:-12]
+    server = RawServer(reply(raw=squeezed, headers={"content-encoding": "gzip"}))
+    e = run(server, error_of)
+    assert e.kind == ErrorKind.CONNECTION

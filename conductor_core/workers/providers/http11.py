@@ -12,8 +12,11 @@ for at most ``keepalive_expiry_s`` seconds idle, as ``httpx`` keeps them; one th
 closed, or that received data while idle, is dropped); bodies sized by Content-Length, chunked,
 or ended by the connection's end; ``gzip`` and ``deflate`` bodies decoded (the encodings asked
 for, as ``httpx`` asks). ``timeout_s`` bounds connecting and each wait for data, like ``httpx``'s
-timeout. A timeout raises :class:`HTTPTimeout`; a refused or broken connection, a protocol error
-or an undecodable body raises :class:`HTTPConnectionError`.
+timeout. A body is at most ``max_body_bytes`` as received and again once decoded (a worker
+that is broken or compromised cannot exhaust the gateway's memory with an endless body or a
+gzip bomb): beyond, the connection is dropped and :class:`HTTPResponseTooLarge` raised. A
+timeout raises :class:`HTTPTimeout`; a refused or broken connection, a protocol error or an
+undecodable body raises :class:`HTTPConnectionError`.
 
 What it does not do: TLS, proxies, redirects (a 3xx is returned as it is), authentication from
 the URL. :class:`~conductor_core.workers.providers.openai_compat.OpenAIProvider` uses it only
@@ -33,7 +36,9 @@ from urllib.parse import urlsplit
 import h11
 
 __all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
     "HTTPConnectionError",
+    "HTTPResponseTooLarge",
     "HTTPTimeout",
     "Http11Client",
     "Response",
@@ -47,6 +52,16 @@ class HTTPTimeout(TimeoutError):
 
 class HTTPConnectionError(ConnectionError):
     """The connection could not be made, broke, or carried something that is not HTTP/1.1."""
+
+
+class HTTPResponseTooLarge(ValueError):
+    """A response body, as received or decoded, is larger than the client's limit (a
+    ``ValueError``: the reply arrived but cannot be used, as an unreadable body)."""
+
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest response body :class:`Http11Client` takes, received and decoded (a chat completion
+is some kilobytes)."""
 
 
 def fits(url: str) -> bool:
@@ -165,6 +180,7 @@ class Http11Client:
         timeout_s: the bound on connecting and on each wait for data (None: none).
         max_idle: idle connections kept for reuse.
         keepalive_expiry_s: how long an idle connection is kept.
+        max_body_bytes: the largest response body, as received and once decoded.
     """
 
     def __init__(
@@ -174,6 +190,7 @@ class Http11Client:
         timeout_s: float | None,
         max_idle: int = 100,
         keepalive_expiry_s: float = 5.0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
@@ -186,6 +203,7 @@ class Http11Client:
         self.timeout_s = timeout_s
         self.max_idle = max_idle
         self.keepalive_expiry_s = keepalive_expiry_s
+        self.max_body_bytes = max_body_bytes
         self._idle: list[_Connection] = []
         self._closed = False
 
@@ -219,6 +237,7 @@ class Http11Client:
         Raises:
             HTTPTimeout: connecting or a wait for data took longer than ``timeout_s``.
             HTTPConnectionError: the connection failed or broke, or the reply was not HTTP.
+            HTTPResponseTooLarge: the body, received or decoded, is over ``max_body_bytes``.
         """
         if self._closed:
             raise HTTPConnectionError("the client is closed")
@@ -288,6 +307,8 @@ class Http11Client:
             status = 0
             response_headers: dict[str, str] = {}
             chunks: list[bytes] = []
+            size = 0
+            limit = self.max_body_bytes
             timeout = self.timeout_s
             while True:
                 event = h.next_event()
@@ -305,6 +326,9 @@ class Http11Client:
                     continue
                 kind = type(event)
                 if kind is h11.Data:
+                    size += len(event.data)
+                    if size > limit:  # stop reading: the caller drops the connection
+                        raise self._too_large(f"over {limit} bytes")
                     chunks.append(event.data)
                 elif kind is h11.Response:
                     status = event.status_code
@@ -313,6 +337,9 @@ class Http11Client:
                         text = value.decode("latin-1")
                         seen = response_headers.get(key)
                         response_headers[key] = text if seen is None else f"{seen}, {text}"
+                    declared = response_headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > limit:
+                        raise self._too_large(f"declared as {declared} bytes")
                 elif kind is h11.EndOfMessage:
                     break
                 elif kind is h11.ConnectionClosed:
@@ -325,8 +352,14 @@ class Http11Client:
         body = b"".join(chunks)
         encoding = response_headers.get("content-encoding", "").strip().lower()
         if encoding in ("gzip", "deflate") and body:
-            body = _decode(body, encoding)
+            body = _decode(body, encoding, limit)
         return Response(status, response_headers, body)
+
+    def _too_large(self, what: str) -> HTTPResponseTooLarge:
+        return HTTPResponseTooLarge(
+            f"the response body from {self.host_header} is {what}, more than the limit of "
+            f"{self.max_body_bytes} bytes"
+        )
 
     async def aclose(self) -> None:
         """Close the idle connections; those in use close when their exchange ends."""
@@ -336,15 +369,33 @@ class Http11Client:
             conn.close()
 
 
-def _decode(body: bytes, encoding: str) -> bytes:
-    """A ``gzip`` or ``deflate`` body decoded (``deflate``: zlib-wrapped or raw, as ``httpx``
-    accepts both)."""
+def _decode(body: bytes, encoding: str, limit: int) -> bytes:
+    """A ``gzip`` or ``deflate`` body decoded to at most ``limit`` bytes (``deflate``:
+    zlib-wrapped or raw, as ``httpx`` accepts both).
+
+    Raises:
+        HTTPResponseTooLarge: it decodes to more than ``limit`` bytes (decoding stops there).
+        HTTPConnectionError: it is not valid or not whole.
+    """
     try:
         if encoding == "gzip":
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+            return _inflate(body, 16 + zlib.MAX_WBITS, limit)
         try:
-            return zlib.decompress(body)
+            return _inflate(body, zlib.MAX_WBITS, limit)
         except zlib.error:
-            return zlib.decompress(body, -zlib.MAX_WBITS)
+            return _inflate(body, -zlib.MAX_WBITS, limit)
     except zlib.error as exc:
         raise HTTPConnectionError(f"undecodable {encoding} body: {exc}") from None
+
+
+def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+    # max_length bounds the output, so a small bomb never expands past limit + 1 bytes
+    decoder = zlib.decompressobj(wbits)
+    out = decoder.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise HTTPResponseTooLarge(
+            f"the response body decodes to more than the limit of {limit} bytes"
+        )
+    if not decoder.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
