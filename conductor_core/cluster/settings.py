@@ -626,6 +626,12 @@ class TrainJobSettings(BaseModel):
         default=None,
         description="Service account of the training pods; empty = the runtime's default.",
     )
+    pod_labels: dict[str, str] = Field(
+        default_factory=lambda: {"sidecar.istio.io/inject": "false"},
+        description="Extra labels of the training pods. The default keeps Istio's sidecar out: "
+        "multi-user Kubeflow injects it into profile namespaces, and torch's rendezvous between "
+        "nodes fails through it (KFP opts its own pods out the same way). {} adds none.",
+    )
     patch_manager: str = Field(
         default="conductor.dev/launcher",
         description="The 'manager' key of this platform's entry in spec.runtimePatches.",

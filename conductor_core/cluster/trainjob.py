@@ -369,7 +369,7 @@ def build_trainjob(
                                 "metadata": {"labels": dict(labels)},
                                 "spec": {
                                     "template": {
-                                        "metadata": {"labels": dict(labels)},
+                                        "metadata": {"labels": {**job.pod_labels, **labels}},
                                         "spec": pod_spec,
                                     }
                                 },

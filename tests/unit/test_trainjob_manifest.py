@@ -294,3 +294,20 @@ def test_rank0_selector_and_job_state() -> None:
     assert job_state(done).phase == "Complete"
     suspended = {"status": {"conditions": [{"type": "Suspended", "status": "True"}]}}
     assert job_state(suspended).phase == "Suspended"
+
+
+def _pod_labels(settings) -> dict[str, str]:
+    job = build_manifests(TrainJobRequest("r", "t", "base", "steps: 3\n"), settings).trainjob
+    template = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    return template["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]
+
+
+def test_training_pods_keep_istios_sidecar_out_unless_the_settings_say_otherwise() -> None:
+    """Multi-user Kubeflow injects Istio's sidecar into profile namespaces; torch's rendezvous
+    between nodes fails through it."""
+    labels = _pod_labels(load_cluster_settings(None))
+    assert labels["sidecar.istio.io/inject"] == "false"
+    assert labels["app.kubernetes.io/managed-by"]  # the job's own labels stay
+    custom = load_cluster_settings(None, overrides={"trainjob": {"pod_labels": {"team": "ml"}}})
+    assert "sidecar.istio.io/inject" not in _pod_labels(custom)
+    assert _pod_labels(custom)["team"] == "ml"
