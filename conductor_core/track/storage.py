@@ -73,6 +73,29 @@ def _local(uri: str | Path) -> Path:
     return Path(str(uri).removeprefix("file://")).expanduser()
 
 
+def local_target(dest: str | Path, relative: str) -> Path:
+    """The local path of a remote key or name ``relative`` (``/``-separated) inside ``dest``.
+
+    Every download that turns a remote key into a local path goes through here: a key is chosen
+    by whoever writes the bucket, and ``dest / "../../x"`` climbs out while ``dest / "/abs"``
+    replaces ``dest`` altogether (on a shared ``/models`` volume, another model's weights).
+    Raises :class:`ConfigError` for an empty, ``.`` or ``..`` part (a leading ``/`` is an empty
+    part) or a NUL byte, and for a path that resolves outside ``dest`` (a symlink already there).
+    """
+    root = Path(dest)
+    parts = relative.split("/")
+    if "\0" in relative or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(
+            f"refusing the remote name {relative!r}: empty, '.' and '..' parts and absolute "
+            f"paths would leave {root}"
+        )
+    target = root.joinpath(*parts)
+    # resolve() follows symlinks that already exist under dest (a reused volume).
+    if not target.resolve().is_relative_to(root.resolve()):
+        raise ConfigError(f"refusing the remote name {relative!r}: it resolves outside {root}")
+    return target
+
+
 class Storage:
     """Copy folders to and from a local folder or S3, and find the latest complete checkpoint.
 
@@ -189,7 +212,8 @@ class Storage:
     def download_dir(self, uri: str, local: str | Path) -> Path:
         """Copy the folder ``uri`` (local or S3, marker included) into ``local``; returns it.
 
-        A missing source is a :class:`ConfigError`.
+        A missing source is a :class:`ConfigError`, and so is an S3 key that would land outside
+        ``local`` (:func:`local_target`; nothing is downloaded then).
         """
         dest = Path(local)
         if not is_s3(uri):
@@ -203,8 +227,12 @@ class Storage:
         keys = [k for k in self._keys(uri) if not k.endswith("/")]
         if not keys:
             raise ConfigError(f"download_dir: nothing stored under {uri}")
-        for key in keys:
-            target = dest / key[len(base) :]
+        # Check every key before writing anything: a refused listing leaves no partial copy.
+        try:
+            targets = {key: local_target(dest, key[len(base) :]) for key in keys}
+        except ConfigError as exc:
+            raise ConfigError(f"download_dir {uri}: {exc}") from exc
+        for key, target in targets.items():
             target.parent.mkdir(parents=True, exist_ok=True)
             self._s3_call("download", uri, self.client.download_file, bucket, key, str(target))
         return dest

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conductor_core.track.storage import Storage, is_s3, join, split_s3
+from conductor_core.track.storage import Storage, is_s3, join, local_target, split_s3
 
 TRAINER_STATE = "trainer_state.json"
 
@@ -47,8 +47,11 @@ def latest_remote_checkpoint(uri: str, client: Any = None) -> str | None:
 
 
 def download_checkpoint(uri: str, name: str, local_dir: str | Path, client: Any = None) -> Path:
-    """Download ``uri/name`` into ``local_dir/name``; returns that folder."""
-    return Storage(client).download_dir(join(uri, name), Path(local_dir) / name)
+    """Download ``uri/name`` into ``local_dir/name``; returns that folder.
+
+    ``name`` comes from a bucket listing: a name that leaves ``local_dir`` is a ConfigError.
+    """
+    return Storage(client).download_dir(join(uri, name), local_target(local_dir, name))
 
 
 def last_local_checkpoint(folder: str | Path) -> Path | None:

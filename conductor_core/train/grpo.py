@@ -73,9 +73,10 @@ def load_inputs(config: StageConfig):
     problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
     if is_s3(str(problems_path)):
         # A job on another machine (a TrainJob node) reads the dataset its launcher uploaded.
-        from conductor_core.track.storage import Storage
+        from conductor_core.track.storage import Storage, local_target
 
-        local = config.output_path() / "data" / Path(str(problems_path)).name
+        key = split_s3(str(problems_path))[1]
+        local = local_target(config.output_path() / "data", key.rsplit("/", 1)[-1])
         if not local.is_file():
             local.parent.mkdir(parents=True, exist_ok=True)
             Storage().client.download_file(*split_s3(str(problems_path)), str(local))

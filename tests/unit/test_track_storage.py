@@ -10,6 +10,7 @@ from conductor_core.track.storage import (
     Storage,
     endpoint_url,
     join,
+    local_target,
     split_s3,
     step_of,
 )
@@ -122,3 +123,37 @@ def test_s3_uri_helpers(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://b")
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "http://a")
     assert endpoint_url() == "http://a"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "a/../../x", "a/..", "/etc/passwd", "a//b", "./a", "a/.", "", "a/", "a\0b"],
+)
+def test_local_target_refuses_names_that_leave_the_folder(tmp_path, name):
+    with pytest.raises(ConfigError, match="refusing the remote name"):
+        local_target(tmp_path / "dest", name)
+
+
+def test_local_target_keeps_nested_names_inside(tmp_path):
+    assert local_target(tmp_path, "a/b/c.bin") == tmp_path / "a" / "b" / "c.bin"
+    assert local_target(tmp_path, "..hidden/x..y") == tmp_path / "..hidden" / "x..y"
+
+
+def test_local_target_refuses_a_symlink_out_of_the_folder(tmp_path):
+    # A reused volume may already hold a link pointing elsewhere: writing through it escapes.
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (tmp_path / "outside").mkdir()
+    (dest / "link").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError, match="resolves outside"):
+        local_target(dest, "link/weights.bin")
+
+
+def test_download_checkpoint_refuses_a_name_that_leaves_the_folder(tmp_path):
+    from conductor_core.train.checkpoints import download_checkpoint
+
+    _checkpoint(tmp_path / "store", "elsewhere")  # what run/../elsewhere names in the store
+    (tmp_path / "store" / "run").mkdir()
+    with pytest.raises(ConfigError, match="refusing the remote name"):
+        download_checkpoint(str(tmp_path / "store" / "run"), "../elsewhere", tmp_path / "dl")
+    assert not (tmp_path / "elsewhere").exists()

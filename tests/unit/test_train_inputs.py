@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import read_problems, write_jsonl
 from conductor_core.train.config import build_config
 from conductor_core.train.grpo import load_inputs
@@ -35,3 +38,23 @@ def test_load_inputs_pool_knows_only_the_bank_when_set(tmp_path):
     assert [known_problem(pool, p.question) for p in bank] == bank
     outside = next(p for p in by_id.values() if p not in bank)
     assert known_problem(pool, outside.question) is None
+
+
+def test_load_inputs_refuses_an_s3_problems_key_that_leaves_the_data_folder(tmp_path, monkeypatch):
+    # The download target is named after the key's last part: `..` would be the output folder.
+    from conductor_core.track.storage import Storage
+
+    downloads: list[tuple[str, ...]] = []
+
+    class _Client:
+        def download_file(self, *args: str) -> None:
+            downloads.append(args)
+
+    monkeypatch.setattr(Storage, "client", property(lambda self: _Client()))
+    config = build_config(
+        {"data": {"problems": "s3://bucket/train/.."}, "output_dir": str(tmp_path / "out")},
+        stage="base",
+    )
+    with pytest.raises(ConfigError, match=r"refusing the remote name '\.\.'"):
+        load_inputs(config)
+    assert downloads == []
