@@ -159,7 +159,7 @@ def submit_cmd(
     sets,
     service_account,
 ) -> None:
-    """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.14 or
+    """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.17 or
     newer: an older server is refused, one that reports no version gets a warning)."""
     import os
 

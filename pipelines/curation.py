@@ -7,6 +7,7 @@ from kfp import dsl
 from components.curate import curate
 from components.gate import gate as data_gate
 from components.validate import validate
+from pipelines.describe import ui_description
 from pipelines.kubernetes import apply_pod_settings
 
 NAME = "conductor-curation"
@@ -18,7 +19,7 @@ def build(settings: Any = None) -> Any:
 
     cluster = settings or load_cluster_settings()
 
-    @dsl.pipeline(name=NAME, description=__doc__.splitlines()[0])
+    @dsl.pipeline(name=NAME, description=ui_description(__doc__))
     def curation(curation_config: str = "pipeline") -> None:
         """Curate a training dataset and validate it.
 

@@ -10,6 +10,7 @@ from typing import Any
 from kfp import dsl
 
 from components.resolve_model import resolve_model
+from pipelines.describe import ui_description
 from pipelines.kubernetes import apply_pod_settings
 from pipelines.sharded import sharded_evaluation
 
@@ -62,7 +63,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             limit=limit,
         )
 
-    @dsl.pipeline(name=NAME, description=__doc__.splitlines()[0])
+    @dsl.pipeline(name=NAME, description=ui_description(__doc__))
     def evaluation(
         conductor: str = "models:/conductor@champion",
         benchmark: str = "held-out",

@@ -11,7 +11,7 @@ that version with the given parameters::
 Before anything is uploaded, the server's version is read from its healthz endpoint
 (``GET /apis/v2beta1/healthz``: ``tag_name`` from the API server, ``apiServerTagName`` when the
 host is the KFP UI, which answers that path itself) and checked against
-:data:`conductor_core.cluster.versions.KFP_BACKEND` (2.14.0): an older server is refused with the
+:data:`conductor_core.cluster.versions.KFP_BACKEND` (2.17.0): an older server is refused with the
 reason; a server that reports no version (``unknown``, ``master``, a development build) gets a
 warning (logged, and ``server_version`` is empty in the result) and the submission goes on.
 

@@ -23,6 +23,7 @@ from components.gate import gate as data_gate
 from components.register import register, register_gpu
 from components.train import train, train_gpu, train_launcher
 from components.validate import validate
+from pipelines.describe import ui_description
 from pipelines.kubernetes import (
     apply_pod_settings,
     apply_sandbox,
@@ -73,7 +74,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
 
     cluster = settings or load_cluster_settings()
 
-    @dsl.pipeline(name=NAME, description=__doc__.splitlines()[0])
+    @dsl.pipeline(name=NAME, description=ui_description(__doc__))
     def training(
         profile: str = "tiny",
         curation_config: str = "pipeline",
@@ -84,7 +85,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         warmup_steps: int = 0,
         seed: int = -1,
         launcher: str = "pod",
-        artifact_root: str = "",
+        artifact_root: str = cluster.artifact_root or "",  # the UI shows the default
         tracking_uri: str = "",
         eval_benchmark: str = "held-out",
         eval_split: str = "test",
@@ -118,7 +119,8 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 across GPU nodes, launched and watched from a small CPU pod).
             artifact_root: Where checkpoints, models and reports go: `s3://bucket/prefix` (pods
                 share no disk) or a folder on a volume the cluster settings declare shared;
-                empty uses the cluster settings' artifact_root (the local run: ./runs/pipelines).
+                defaults to the cluster settings' artifact_root the pipeline was compiled
+                with; empty: $CONDUCTOR_ARTIFACT_ROOT, else ./runs/pipelines (a local run).
             tracking_uri: MLflow tracking URI; empty uses $MLFLOW_TRACKING_URI.
             eval_benchmark: Evaluation set: `held-out` (the bundled problems' test split), a
                 benchmark name, or a problem file.

@@ -300,7 +300,7 @@ def test_conductor_pipeline_submit_passes_the_service_account(
     (run_req,) = standin.requests_to("POST", f"{API}/runs")
     assert run_req.json()["service_account"] == "pipeline-runner"
     assert printed["service_account"] == "pipeline-runner"
-    assert printed["server_version"] == "2.16.1"
+    assert printed["server_version"] == "2.17.2"
 
 
 # -- the server's version (issue 24, 3.6) -------------------------------------------------------
@@ -308,12 +308,12 @@ def test_conductor_pipeline_submit_passes_the_service_account(
 
 @pytest.mark.parametrize("via_ui", [False, True], ids=["api-server", "ui-server"])
 def test_an_older_kfp_backend_is_refused_with_the_reason(package: Path, via_ui: bool) -> None:
-    with KfpStandIn(tag_name="2.5.0", via_ui=via_ui) as server:
+    with KfpStandIn(tag_name="2.16.1", via_ui=via_ui) as server:
         with pytest.raises(SubmitError) as info:
             submit(package, host=server.host, pipeline_name=PIPELINE)
         message = str(info.value)
-        assert message.startswith(f"Kubeflow Pipelines at {server.host} is version 2.5.0")
-        assert "2.14.0 or newer" in message and "ParallelFor" in message
+        assert message.startswith(f"Kubeflow Pipelines at {server.host} is version 2.16.1")
+        assert "2.17.0 or newer" in message and "OneOf" in message
         assert "\n" not in message
         # nothing but the healthz probe reached the server
         assert [r.path for r in server.requests] == [f"{API}/healthz"]
@@ -322,7 +322,7 @@ def test_an_older_kfp_backend_is_refused_with_the_reason(package: Path, via_ui: 
 
 @pytest.mark.parametrize(
     ("tag", "via_ui"),
-    [("2.14.0", False), ("2.14.0", True), ("v2.15.0", False), ("2.16.1", True)],
+    [("2.17.0", False), ("2.17.0", True), ("v2.17.2", False), ("2.18.0", True)],
 )
 def test_the_minimum_and_newer_backends_are_accepted(package: Path, tag: str, via_ui: bool) -> None:
     with KfpStandIn(tag_name=tag, via_ui=via_ui) as server:
@@ -343,7 +343,7 @@ def test_a_backend_without_a_version_gets_a_warning_and_the_run(
         r for r in caplog.records if r.name == "pipelines.submit" and r.levelname == "WARNING"
     ]
     assert "reports no version ('unknown')" in record.getMessage()
-    assert "2.14.0 or newer" in record.getMessage()
+    assert "2.17.0 or newer" in record.getMessage()
 
 
 def test_the_standin_answers_healthz_as_the_kfp_servers_do() -> None:
@@ -355,13 +355,13 @@ def test_the_standin_answers_healthz_as_the_kfp_servers_do() -> None:
         with urllib.request.urlopen(server.host + path, timeout=5) as resp:
             return json.loads(resp.read())
 
-    with KfpStandIn(tag_name="2.14.0") as api, KfpStandIn(tag_name="2.14.0", via_ui=True) as ui:
+    with KfpStandIn(tag_name="2.17.2") as api, KfpStandIn(tag_name="2.17.2", via_ui=True) as ui:
         v2 = get(api, f"{API}/healthz")
         assert set(v2) == {"commit_sha", "tag_name", "multi_user", "pipeline_store"}
-        assert v2["tag_name"] == "2.14.0"
+        assert v2["tag_name"] == "2.17.2"
         assert set(get(api, "/apis/v1beta1/healthz")) == {"commit_sha", "tag_name", "multi_user"}
         from_ui = get(ui, f"{API}/healthz")
-        assert from_ui["apiServerTagName"] == "2.14.0" and from_ui["apiServerReady"] is True
+        assert from_ui["apiServerTagName"] == "2.17.2" and from_ui["apiServerReady"] is True
         assert "tag_name" not in from_ui
     with KfpStandIn(tag_name=None) as dev:
         assert get(dev, f"{API}/healthz")["tag_name"] == "unknown"

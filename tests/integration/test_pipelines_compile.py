@@ -52,6 +52,12 @@ def test_cluster_settings_change_the_compiled_pods(tmp_path):
     assert loops and all(loop["iteratorPolicy"]["parallelismLimit"] == 7 for loop in loops)
     # the storage settings: the check's rules, and the endpoint and default root on every task
     check = tasks["check-params"]["inputs"]["parameters"]
+    # the UI's run form shows the root the run will use, and the pipeline's whole description
+    root_inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert root_inputs["artifact_root"]["defaultValue"] == "s3://team/conductor"
+    description = spec["pipelineInfo"]["description"]
+    assert description.startswith("The training pipeline: curate -> validate -> base")
+    assert description.endswith("whatever happened before it.")
     assert check["default_artifact_root"]["runtimeValue"]["constant"] == "s3://team/conductor"
     assert check["shared_paths"]["runtimeValue"]["constant"] == ["/workspace"]
     assert check["s3_secret"]["runtimeValue"]["constant"] == "conductor-s3"

@@ -8,7 +8,7 @@ the official client against this loopback server instead. It speaks the real pro
 
 * ``GET  /apis/v2beta1/healthz`` (and ``/apis/v1beta1/healthz``): as the API server answers it
   (``backend/src/apiserver/main.go``: ``{"commit_sha", "tag_name", "multi_user",
-  "pipeline_store"}``, ``tag_name`` being the release, e.g. ``2.14.0``, or ``unknown`` when the
+  "pipeline_store"}``, ``tag_name`` being the release, e.g. ``2.17.2``, or ``unknown`` when the
   image was built without one), or with ``via_ui=True`` as the KFP UI's server answers the same
   path (``frontend/server/handlers/healthz.ts``: ``apiServerTagName``, ``apiServerCommitHash``,
   ``apiServerMultiUser``, ``multi_user``, ``apiServerReady``, ``frontendTagName``, ...);
@@ -162,7 +162,7 @@ class KfpStandIn:
         *,
         token: str | None = None,
         multi_user: bool = False,
-        tag_name: str | None = "2.16.1",
+        tag_name: str | None = "2.17.2",
         via_ui: bool = False,
     ) -> None:
         self.token = token
