@@ -59,6 +59,10 @@ def test_every_component_is_covered():
 def test_the_folder_has_a_readme_and_a_metadata_file(folder):
     assert (folder / "README.md").is_file(), f"{folder.name}: README.md missing"
     assert (folder / "metadata.yaml").is_file(), f"{folder.name}: metadata.yaml missing"
+    # pipelines-components' validator requires an OWNERS file with approvers in each folder
+    owners = yaml.safe_load((folder / "OWNERS").read_text())
+    aliases = yaml.safe_load((folder.parents[1] / "OWNERS_ALIASES").read_text())["aliases"]
+    assert owners["approvers"] and set(owners["approvers"]) <= set(aliases)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
