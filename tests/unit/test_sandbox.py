@@ -88,14 +88,25 @@ def test_concurrency_env_is_validated(monkeypatch):
 # ----------------------------------------------- no namespaces: refused unless said in words
 
 
+def _probe_passes_in(*modes: str):
+    """A stand-in for LocalSandbox._run_in: the self-test passes in ``modes``, fails elsewhere;
+    no process is started."""
+
+    def probe(self, mode, code, stdin, limits, files):
+        if mode in modes:
+            return SandboxResult("ok", 0, "sandbox-ok\n", "", 0.0, "exit code 0", ())
+        return SandboxResult("sandbox_error", None, "", "", 0.0, f"{mode}: no namespaces", ())
+
+    return probe
+
+
 @pytest.fixture
 def no_namespaces(monkeypatch):
     """A host where only the rlimits mode is left (bwrap and unshare absent or failing their
     self-test, as under Docker's default seccomp profile): no process is started."""
     from conductor_core.tasks.sandbox import local
 
-    def failing_probe(self, mode, code, stdin, limits, files):
-        return SandboxResult("sandbox_error", None, "", "", 0.0, f"{mode}: no namespaces", ())
+    failing_probe = _probe_passes_in("rlimits")
 
     monkeypatch.setattr(local, "available_modes", lambda: ["bwrap", "unshare", "rlimits"])
     monkeypatch.setattr(local.LocalSandbox, "_run_in", failing_probe)
@@ -139,6 +150,37 @@ def test_limits_only_when_the_configuration_says_so(no_namespaces, env, kwargs):
     for name, value in env.items():
         no_namespaces.setenv(name, value)
     assert LocalSandbox(**kwargs).mode() == "rlimits"
+
+
+def test_auto_takes_unshare_only_when_the_configuration_says_so(no_namespaces):
+    """unshare leaves the host's files to the program (other runs' expected outputs, the model
+    folder): ``auto`` falls back to it under the same opt-in as to limits only."""
+    from conductor_core.tasks.sandbox import local
+
+    no_namespaces.setattr(local.LocalSandbox, "_run_in", _probe_passes_in("unshare", "rlimits"))
+    with pytest.raises(ConfigError, match="CONDUCTOR_SANDBOX_FALLBACK=limits-only") as err:
+        LocalSandbox().mode()
+    assert "unshare would leave this machine's files readable" in str(err.value)
+    assert "bwrap: no namespaces" in str(err.value)
+    assert LocalSandbox(fallback="limits-only").mode() == "unshare"
+    assert LocalSandbox("unshare").mode() == "unshare"  # forcing the mode says so too
+
+
+@pytest.mark.parametrize("wanted", ["rlimits", "auto"])
+def test_limits_only_is_refused_where_the_program_could_read_the_graders_env(monkeypatch, wanted):
+    """No uid of its own (not root) and no Landlock: the program would share the grader's uid
+    and /proc, so even limits-only is refused, naming why; no program is started."""
+    from conductor_core.tasks.sandbox import isolation, local
+
+    monkeypatch.setattr(isolation, "_is_root", lambda: False)
+    monkeypatch.setattr(isolation, "landlock_abi", lambda: 0)
+    monkeypatch.setattr(local, "available_modes", lambda: ["rlimits"])
+    box = LocalSandbox(wanted, fallback="limits-only")
+    with pytest.raises(ConfigError, match="cannot keep the grader's environment") as err:
+        box.run("print(1)")
+    assert "Landlock is unavailable" in str(err.value) and "not root" in str(err.value)
+    if wanted == "auto":
+        assert box.report()["mode"] == "refused"
 
 
 def test_bad_fallback_setting_is_a_config_error(monkeypatch):

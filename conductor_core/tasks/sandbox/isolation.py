@@ -5,17 +5,28 @@ The sandboxed program always runs as ``python -I -S -B -c BOOTSTRAP CONFIG``. Th
 RLIMIT_NPROC (which only binds a non-root uid or a fresh user namespace), reports that it
 started on a marker pipe, and executes ``main.py`` as ``__main__`` from the working directory
 (which is first on ``sys.path``, so helper files given as ``files`` import).
+
+Without a PID namespace (``rlimits``) the program shares ``/proc`` with the grader, PID 1 of
+the pod and every other process: their environments hold the pod's secrets. There the
+program runs under its own uid or in its own Landlock domain (or both), which the kernel's
+ptrace check (``/proc/PID/environ``, ``mem``, ``maps``, ``fd``) refuses for every process
+outside it; a host that offers neither gets :class:`ConfigError`, and the bootstrap checks the
+seal on every run before the program starts.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
+import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conductor_core.errors import ConfigError
 from conductor_core.tasks.sandbox.types import SandboxLimits
 
 MODES = ("bwrap", "unshare", "rlimits")
@@ -25,8 +36,14 @@ SANDBOX_DIR = "/sandbox"
 UID_BASE = 0x3F000000
 UID_SPAN = 1 << 24
 
+# Tags of every mode: the program's own environment is an allow-list (outcome.scrubbed_env),
+# and no other process's environment or memory (the grader's, PID 1's, other runs') can be read.
+ENV_TAGS = ("env-allowlist", "host-environ-unreadable")
+
 # Kept import-light (no json/runpy: ~30 ms per run). argv: uid nproc marker workdir chown site
-# (lists joined with os.pathsep).
+# seal-check (lists joined with os.pathsep). With seal-check 1 (rlimits: the program shares
+# /proc with the grader) the run stops before the program when the parent's environment is
+# readable: the seal of build_plan verified on every run, not assumed.
 BOOTSTRAP = r"""
 import os, resource, sys
 _uid, _nproc, _marker = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -42,6 +59,14 @@ if _uid and os.geteuid() == 0:
     os.setgid(_uid)
     os.setuid(_uid)
     if os.getuid() == 0 or os.geteuid() == 0:
+        sys.exit(121)
+if sys.argv[7] == "1":
+    try:
+        open("/proc/%d/environ" % os.getppid(), "rb").close()
+    except OSError:
+        pass
+    else:
+        os.write(2, b"sandbox: the program could read the grader's environment; not run\n")
         sys.exit(121)
 if _nproc:
     resource.setrlimit(resource.RLIMIT_NPROC, (_nproc, _nproc))
@@ -64,11 +89,13 @@ exec(_code, _main.__dict__)
 
 @dataclass(frozen=True)
 class Plan:
-    """The command of one run and what it guarantees."""
+    """The command of one run, what it guarantees, and what the forked child must do before
+    exec for that (``preexec``: the rlimits mode's seal; ``None`` elsewhere)."""
 
     argv: list[str]
     workdir_inside: str
     isolation: tuple[str, ...]
+    preexec: Callable[[], None] | None = None
 
 
 def _is_root() -> bool:
@@ -174,6 +201,127 @@ def bwrap_argv(limits: SandboxLimits, file_fds: dict[str, int]) -> list[str]:
     return argv
 
 
+# Landlock (unprivileged, no namespaces needed): the same syscall numbers on every architecture.
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_LANDLOCK_ACCESS_FS_MAKE_CHAR, _LANDLOCK_ACCESS_FS_REFER = 1 << 6, 1 << 13
+_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, _LANDLOCK_SCOPE_SIGNAL = 1 << 0, 1 << 1
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+
+
+@functools.cache
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where it is absent, disabled at boot, or blocked by
+    a seccomp profile (the syscall then fails)."""
+    if sys.platform != "linux":
+        return 0
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    version = libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET,
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return max(0, int(version))
+
+
+def _sealer(*, drop_caps: bool, landlock: bool) -> Callable[[], None]:
+    """The rlimits mode's seal, run in the forked child before exec (everything it needs is
+    computed here, in the parent).
+
+    ``landlock``: enter a Landlock domain of its own. The kernel then refuses the program every
+    ptrace-mode access (``/proc/PID/environ``, ``mem``, ``maps``, ``fd``) to processes outside
+    it, whatever their uid; from ABI 6 it cannot signal them or reach their abstract unix
+    sockets either. The ruleset must handle a file access right: it handles making character
+    devices and reparenting files (``REFER``, which a ruleset would otherwise deny everywhere)
+    and allows both beneath ``/``, so files behave as before; only mount() is lost.
+    ``drop_caps``: empty the capability bounding set, so the root program that cannot change
+    uid (interpreter not reachable by other users) keeps no capability after exec:
+    CAP_SYS_PTRACE would pass Landlock's check.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fs = _LANDLOCK_ACCESS_FS_MAKE_CHAR | _LANDLOCK_ACCESS_FS_REFER
+    if landlock_abi() >= 6:
+        scoped = _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | _LANDLOCK_SCOPE_SIGNAL
+        attr = ctypes.create_string_buffer(struct.pack("=QQQ", fs, 0, scoped), 24)
+    else:  # an older kernel reads the struct's first field only
+        attr = ctypes.create_string_buffer(struct.pack("=Q", fs), 8)
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text()) if drop_caps else -1
+
+    def check(ret: int, what: str) -> int:
+        if ret < 0:
+            raise OSError(ctypes.get_errno(), f"sandbox seal: {what} failed")
+        return ret
+
+    def seal() -> None:
+        for cap in range(last_cap + 1):
+            check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+        if not landlock:
+            return
+        check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        ruleset = check(
+            libc.syscall(
+                _SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
+            ),
+            "landlock_create_ruleset",
+        )
+        root = os.open("/", os.O_PATH | os.O_CLOEXEC)
+        rule = ctypes.create_string_buffer(struct.pack("=Qi", fs, root), 12)
+        try:
+            check(
+                libc.syscall(
+                    _SYS_LANDLOCK_ADD_RULE,
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                    rule,
+                    ctypes.c_uint32(0),
+                ),
+                "landlock_add_rule",
+            )
+            check(
+                libc.syscall(
+                    _SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)
+                ),
+                "landlock_restrict_self",
+            )
+        finally:
+            os.close(root)
+            os.close(ruleset)
+
+    return seal
+
+
+def _rlimits_seal(root: bool, drop: bool) -> tuple[list[str], Callable[[], None]]:
+    """How an rlimits run is kept from every other process's environment and memory: its own
+    uid (``drop``: root with a world-traversable interpreter) and/or its own Landlock domain
+    (ABI 2+, Linux 5.19+: reparenting files must stay allowed). Raises :class:`ConfigError`
+    where neither is possible: the program would read the grader's secrets."""
+    landlock = landlock_abi() >= 2
+    if not (drop or landlock):
+        why = (
+            f"the interpreter {python_executable()} is not reachable by other users (every "
+            "directory on its path needs o+x), so the program cannot get a uid of its own"
+            if root
+            else "the grader is not root, so the program cannot get a uid of its own"
+        )
+        raise ConfigError(
+            "sandbox: isolation 'rlimits' cannot keep the grader's environment (the pod's "
+            "secrets) from the program here: Landlock is unavailable (Linux 5.19+ with landlock "
+            f"among its LSMs, and a seccomp profile that allows landlock_*) and {why}; give the "
+            "sandbox namespaces (install bubblewrap, allow user namespaces) or run graders as "
+            "root with a world-readable interpreter (docs/sandbox.md, 'Secrets')"
+        )
+    tags = ["landlock"] if landlock else []
+    if root and not drop:
+        tags.append("no-capabilities")
+    return tags, _sealer(drop_caps=root and not drop, landlock=landlock)
+
+
 def _unshare_argv() -> list[str]:
     argv = [shutil.which("unshare") or "unshare", "--fork", "--pid", "--kill-child"]
     argv += ["--mount-proc", "--net", "--ipc", "--uts"]
@@ -193,6 +341,7 @@ def build_plan(
 ) -> Plan:
     """The argv for one run in ``mode`` (``bwrap``, ``unshare`` or ``rlimits``)."""
     root = _is_root()
+    preexec: Callable[[], None] | None = None
     if mode == "bwrap":
         prefix = bwrap_argv(limits, file_fds)
         workdir = SANDBOX_DIR
@@ -216,13 +365,15 @@ def build_plan(
         drop = root and world_traversable(python_executable())
         chown = [host_workdir]
         tags = ["no-namespaces", "network-not-isolated", "host-fs-visible"]
+        seal_tags, preexec = _rlimits_seal(root, drop)
+        tags += seal_tags
     else:
         raise ValueError(f"sandbox isolation mode must be one of {MODES}, got {mode!r}")
     run_uid = uid if drop else 0
     # RLIMIT_NPROC binds a non-root uid, or a fresh user namespace (counted per namespace).
     nproc_ok = drop or (not root and mode in ("bwrap", "unshare"))
     nproc = 0
-    tags += ["rlimits", "process-group", "env-scrubbed"]
+    tags += ["rlimits", "process-group", *ENV_TAGS]
     if drop:
         tags.append("own-uid")
     if nproc_ok:
@@ -244,8 +395,9 @@ def build_plan(
         workdir,
         os.pathsep.join(chown),
         os.pathsep.join(site_dirs()),
+        "1" if mode == "rlimits" else "0",  # the bootstrap verifies the seal (no PID namespace)
     ]
-    return Plan(argv=argv, workdir_inside=workdir, isolation=tuple(tags))
+    return Plan(argv=argv, workdir_inside=workdir, isolation=tuple(tags), preexec=preexec)
 
 
 def available_modes() -> list[str]:

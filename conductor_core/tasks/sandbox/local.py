@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from conductor_core.errors import ConfigError
@@ -28,10 +29,14 @@ from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
 FALLBACK_ENV = "CONDUCTOR_SANDBOX_FALLBACK"
-"""What ``auto`` isolation does where no mode with namespaces passes its self-test: ``refuse``
-(the default: running generated code raises :class:`ConfigError`) or ``limits-only`` (run it
-under resource limits only, with the network and the host's files reachable)."""
+"""What ``auto`` isolation does where no bubblewrap mode passes its self-test: ``refuse`` (the
+default: running generated code raises :class:`ConfigError`) or ``limits-only`` (fall back to
+``unshare``, with the host's files readable, else to ``rlimits``, with the network reachable
+too; in both, other processes' environments stay unreadable, else the run is refused)."""
 FALLBACKS = ("refuse", "limits-only")
+# The modes that leave the host's files (rlimits: and the network) to the program: ``auto``
+# takes one only with fallback ``limits-only``; forcing one is an explicit choice too.
+WEAK_MODES = ("unshare", "rlimits")
 # "zygote" (zygote.py) forks each run from a pre-started interpreter inside bubblewrap.
 ALL_MODES = ("zygote", *MODES)
 _READ_CHUNK = 65536
@@ -58,8 +63,9 @@ def _check_files(files: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _preexec(limits: SandboxLimits):
-    """setrlimit in the child before exec (values computed here, outside the forked child)."""
+def _preexec(limits: SandboxLimits, seal: Callable[[], None] | None):
+    """The child's work before exec: the mode's ``seal`` (first: the rlimits below would cap
+    its allocations), then setrlimit (values computed here, outside the forked child)."""
     import resource
 
     cpu = max(1, int(limits.cpu_s + 0.999))
@@ -75,6 +81,8 @@ def _preexec(limits: SandboxLimits):
     ]
 
     def apply() -> None:
+        if seal is not None:
+            seal()
         for which, value in settings:
             resource.setrlimit(which, value)
 
@@ -167,13 +175,15 @@ class LocalSandbox:
 
     ``isolation`` is ``auto`` (default; or the ``CONDUCTOR_SANDBOX_ISOLATION`` env var) or one
     of ``zygote``, ``bwrap``, ``unshare``, ``rlimits`` to force a mode. ``fallback`` (default: the
-    ``CONDUCTOR_SANDBOX_FALLBACK`` env var, else ``refuse``) says what ``auto`` does where only
-    ``rlimits`` works (no namespaces: a container under Docker's default seccomp profile, a pod
-    under Kubernetes' ``RuntimeDefault``): ``refuse`` makes every run raise :class:`ConfigError`
-    naming the setting, ``limits-only`` runs programs under resource limits only. Forcing
-    ``rlimits`` is an explicit choice too and needs no ``fallback``. ``scratch_dir`` is where
-    modes that stage a program on the host make its private folder (default: the system temp
-    folder).
+    ``CONDUCTOR_SANDBOX_FALLBACK`` env var, else ``refuse``) says what ``auto`` does where no
+    bubblewrap mode works (a container under Docker's default seccomp profile, a pod under
+    Kubernetes' ``RuntimeDefault``): ``refuse`` makes every run raise :class:`ConfigError`
+    naming the setting, ``limits-only`` takes ``unshare`` (host files readable) or ``rlimits``
+    (resource limits only). Forcing ``unshare`` or ``rlimits`` is an explicit choice too and
+    needs no ``fallback``. Every mode keeps other processes' environments (the grader's
+    secrets) from the program, or raises :class:`ConfigError` (isolation.py). ``scratch_dir``
+    is where modes that stage a program on the host make its private folder (default: the
+    system temp folder).
     """
 
     name = "local"
@@ -211,7 +221,8 @@ class LocalSandbox:
         """The isolation mode in use (self-tested once per process).
 
         Raises :class:`ConfigError` (every time, without testing again) when ``auto`` finds no
-        mode with namespaces and ``fallback`` is ``refuse``.
+        bubblewrap mode and ``fallback`` is ``refuse``, or no mode that keeps the grader's
+        environment from the program.
         """
         with self._lock:
             if self._refusal is not None:
@@ -221,15 +232,20 @@ class LocalSandbox:
             return self._mode
 
     def _select(self) -> str:
-        candidates = available_modes() if self.wanted == "auto" else [self.wanted]
+        auto = self.wanted == "auto"
+        candidates = available_modes() if auto else [self.wanted]
         for mode in candidates:
-            if mode == "rlimits":
-                if self.wanted == "auto" and self.fallback != "limits-only":
-                    self._refusal = self._refusal_message()
-                    raise ConfigError(self._refusal)
-                self._warn_fallback(mode)
-                return mode
-            probe = self._run_in(mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {})
+            if auto and mode in WEAK_MODES and self.fallback != "limits-only":
+                self._refusal = self._refusal_message()
+                raise ConfigError(self._refusal)
+            try:
+                probe = self._run_in(
+                    mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {}
+                )
+            except ConfigError as exc:  # rlimits where nothing keeps the grader's env away
+                if auto:
+                    self._refusal = str(exc)
+                raise
             if probe.status == "ok" and probe.stdout.strip() == "sandbox-ok":
                 self._warn_fallback(mode)
                 return mode
@@ -240,18 +256,24 @@ class LocalSandbox:
                 f"({self._probe_failures.get(self.wanted, 'not available')}); "
                 f"unset {ISOLATION_ENV} or install bubblewrap"
             )
-        return "rlimits"
+        self._refusal = (
+            "sandbox: no isolation mode passed its self-test here ("
+            + "; ".join(f"{m}: {why}" for m, why in self._probe_failures.items())
+            + "); generated code cannot run on this host"
+        )
+        raise ConfigError(self._refusal)
 
     def _refusal_message(self) -> str:
         failures = "; ".join(f"{m}: {why}" for m, why in self._probe_failures.items())
         return (
-            "sandbox: refusing to run generated code with resource limits only (no namespaces: "
-            "the network and this machine's files would be reachable); "
-            + (f"the modes with namespaces failed here ({failures}). " if failures else "")
+            "sandbox: refusing to run generated code without bubblewrap (unshare would leave "
+            "this machine's files readable, such as other runs' expected outputs and the model "
+            "folder, and rlimits the network as well); "
+            + (f"the bubblewrap modes failed here ({failures}). " if failures else "")
             + "Let the sandbox create namespaces (install bubblewrap; in a container or pod "
             "allow user namespaces: docs/sandbox.md, 'Generated code in containers and pods'), "
-            f"or accept limits only for trusted code with {FALLBACK_ENV}=limits-only (cluster "
-            "settings: sandbox.isolation: limits-only on the pod kind)"
+            f"or accept those weaker modes for trusted code with {FALLBACK_ENV}=limits-only "
+            "(cluster settings: sandbox.isolation: limits-only on the pod kind)"
         )
 
     def _warn_fallback(self, mode: str) -> None:
@@ -378,9 +400,9 @@ class LocalSandbox:
                     env=scrubbed_env(plan.workdir_inside),
                     pass_fds=(marker_w, *fds),
                     start_new_session=True,
-                    preexec_fn=_preexec(limits),
+                    preexec_fn=_preexec(limits, plan.preexec),
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:  # the latter: preexec failed
                 return SandboxResult(
                     "sandbox_error", None, "", "", 0.0, f"could not start sandbox: {exc}", isolation
                 )

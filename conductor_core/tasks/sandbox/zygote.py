@@ -54,7 +54,8 @@ ISOLATION_TAGS = (
     "per-run-namespaces",
     "rlimits",
     "process-group",
-    "env-scrubbed",
+    "env-allowlist",  # isolation.ENV_TAGS (kept import-free for the zygote)
+    "host-environ-unreadable",
     "own-uid",
     "nproc-limit",
 )
