@@ -111,13 +111,14 @@ def _all_tasks(spec: dict) -> dict[str, dict]:
     return out
 
 
-def test_the_s3_secret_is_required_by_every_task():
-    """A missing conductor-s3 Secret keeps the first task's pod from starting, naming it."""
+def test_the_s3_secret_is_mounted_optional_on_every_task():
+    """A missing conductor-s3 Secret must not hold a pod in CreateContainerConfigError (the run
+    would hang, exit handler included): the pods start and the parameter check names it."""
     for name in NAMES:
         k8s = _docs(name)[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
         for executor, pod in k8s.items():
             s3 = [s for s in pod.get("secretAsEnv", []) if s["secretName"] == "conductor-s3"]
-            assert s3 and all(s["optional"] is False for s in s3), f"{name}.{executor}"
+            assert s3 and all(s["optional"] is True for s in s3), f"{name}.{executor}"
 
 
 @pytest.mark.parametrize("name", ["training", "curation"])
