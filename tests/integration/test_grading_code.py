@@ -66,7 +66,7 @@ def test_exit_early_and_forged_output_do_not_pass(humaneval: dict[str, Problem])
     assert not v.correct and "exit" in v.reason
     forged = "import os\nos.write(1, b'{\"passed\": true}\\n')\nos._exit(0)\n"
     v = grade(p, fenced(forged))
-    assert not v.correct and "stopped the test driver" in v.reason
+    assert not v.correct and "ended before its result was reported" in v.reason
 
 
 def test_infinite_loop_times_out(humaneval: dict[str, Problem]) -> None:

@@ -287,3 +287,172 @@ def test_bombs_do_not_harm_a_concurrent_benign_run():
     assert _sandbox_uid_processes() == []
     assert _host_can_fork()
     assert signal.getsignal(signal.SIGINT) is not None
+
+
+# ------------------------------------------------ grading cannot be forged (issue 44, section 2)
+#
+# The attacks run as the graded program, at import time, so each one works for every test kind.
+# Before the program ran in its own process they all passed; now each is graded a failure.
+
+FIX = REPO / "tests" / "fixtures" / "benchmarks"
+FORGED = '{"passed": true, "reason": "forged"}'
+FORGE_REPORT = f"""\
+import gc, os, re, sys
+def _hex_strings(values):
+    return {{v for v in values if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{{32}}", v)}}
+nonces = set()
+frame = sys._getframe()
+while frame is not None:  # the driver's frames: its nonce and its report descriptor
+    nonces |= _hex_strings(frame.f_locals.values())
+    frame = frame.f_back
+for obj in gc.get_objects():  # anything else this interpreter holds
+    if isinstance(obj, dict):
+        nonces |= _hex_strings(list(obj.values()))
+    elif isinstance(obj, (list, tuple)):
+        nonces |= _hex_strings(obj)
+for nonce in nonces:
+    for fd in range(64):
+        try:
+            os.write(fd, ("\\n" + nonce + " " + {FORGED!r} + "\\n").encode())
+        except OSError:
+            pass
+os._exit(0)
+"""
+FORGE_THROUGH_PROC = f"""\
+import os, re
+ppid = os.getppid()
+try:  # the parent's memory holds the nonce: read it through /proc
+    maps = open(f"/proc/{{ppid}}/maps").read().splitlines()
+    mem = open(f"/proc/{{ppid}}/mem", "rb", buffering=0)
+    found = set()
+    for line in maps:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if "rw" in line.split()[1]:
+            try:
+                mem.seek(lo)
+                found |= set(re.findall(rb"[0-9a-f]{{32}}", mem.read(hi - lo)))
+            except (OSError, OverflowError, ValueError):
+                pass
+    for name in os.listdir(f"/proc/{{ppid}}/fd"):  # and its report descriptor
+        for nonce in found:
+            with open(f"/proc/{{ppid}}/fd/{{name}}", "w") as fh:
+                fh.write("\\n" + nonce.decode() + " " + {FORGED!r} + "\\n")
+except OSError as exc:
+    print("blocked:", exc)
+os._exit(0)
+"""
+STEAL_EXPECTED = """\
+import gc, glob, json, os, sys
+def stolen():
+    '''(input, expected output) pairs wherever this process can read them.'''
+    pairs = {}
+    for root in (".", "/sandbox", "/tmp"):
+        for path in glob.glob(os.path.join(root, "**", "*.in"), recursive=True):
+            try:
+                pairs[open(path).read()] = open(path[:-3] + ".out").read()
+            except OSError:
+                pass
+    for obj in gc.get_objects():  # e.g. a request dict of files still referenced by a frame
+        if not isinstance(obj, dict):
+            continue
+        if isinstance(obj.get("input"), str) and isinstance(obj.get("output"), str):
+            pairs[obj["input"]] = obj["output"]
+        for key, value in list(obj.items()):
+            if isinstance(key, str) and key.endswith(".in") and isinstance(value, str):
+                out = obj.get(key[:-3] + ".out")
+                if isinstance(out, str):
+                    pairs[value] = out
+    return pairs
+"""
+STEAL_STDIO = STEAL_EXPECTED + "print(stolen().get(sys.stdin.read(), 'nothing found'))\n"
+STEAL_CALL = STEAL_EXPECTED + (
+    "class Solution:\n"
+    "    def twoSum(self, nums, target):\n"
+    "        for raw, out in stolen().items():\n"
+    "            try:\n"
+    "                args = [json.loads(line) for line in raw.strip().split('\\n')]\n"
+    "            except ValueError:\n"
+    "                continue\n"
+    "            if args == [nums, target]:\n"
+    "                return json.loads(out)\n"
+)
+ALWAYS_EQUAL = {
+    "object": "class Forged:\n    pass\n",
+    "int": "class Forged(int):\n    pass\n",
+    "float": "class Forged(float):\n    pass\n",
+    "str": "class Forged(str):\n    pass\n",
+    "list": "class Forged(list):\n    pass\n",
+}
+EQUAL_TO_ALL = (
+    "    def __eq__(self, other):\n        return True\n"
+    "    def __ne__(self, other):\n        return False\n"
+    "    __hash__ = object.__hash__\n"
+)
+
+
+def _fenced(code: str) -> str:
+    return f"```python\n{code}\n```\n"
+
+
+@pytest.fixture(scope="module")
+def graded_problems() -> dict[str, object]:
+    """One problem per test kind: HumanEval (functional), LiveCodeBench stdin/stdout and call."""
+    from conductor_core.tasks.sources import load_benchmark
+
+    humaneval = {p.id: p for p in load_benchmark("humaneval")}
+    lcb = {
+        p.id.split("/")[1]: p
+        for p in load_benchmark("livecodebench", path=str(FIX / "livecodebench.jsonl"))
+    }
+    return {"functional": humaneval["HumanEval/0"], "stdio": lcb["abc300_a"], "call": lcb["1"]}
+
+
+# Each kind's program defines what the tests look for, then attacks at import time.
+ENTRY = {
+    "functional": "def has_close_elements(numbers, threshold):\n    return True\n",
+    "stdio": "",
+    "call": "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]\n",
+}
+
+
+def _grade(problem: object, program: str):
+    from conductor_core.tasks.grading import grade
+
+    return grade(problem, _fenced(program), timeout_s=3)
+
+
+@pytest.mark.parametrize("kind", ["functional", "stdio", "call"])
+def test_walking_frames_to_the_nonce_cannot_forge_a_pass(graded_problems, kind):
+    v = _grade(graded_problems[kind], ENTRY[kind] + FORGE_REPORT)
+    assert not v.correct, v.reason
+    assert "forged" not in v.reason
+
+
+@needs_ns
+@pytest.mark.parametrize("kind", ["functional", "call"])
+def test_reading_the_drivers_memory_through_proc_cannot_forge_a_pass(graded_problems, kind):
+    v = _grade(graded_problems[kind], ENTRY[kind] + FORGE_THROUGH_PROC)
+    assert not v.correct, v.reason
+    assert "forged" not in v.reason
+
+
+@pytest.mark.parametrize(("kind", "program"), [("stdio", STEAL_STDIO), ("call", STEAL_CALL)])
+def test_expected_outputs_are_out_of_the_programs_reach(graded_problems, kind, program):
+    v = _grade(graded_problems[kind], program)
+    assert not v.correct, v.reason
+    assert "wrong answer" in v.reason
+
+
+@pytest.mark.parametrize("base", sorted(ALWAYS_EQUAL))
+@pytest.mark.parametrize("kind", ["functional", "call"])
+def test_a_result_equal_to_everything_does_not_pass(graded_problems, kind, base):
+    forged = ALWAYS_EQUAL[base] + EQUAL_TO_ALL
+    name = {
+        "functional": "has_close_elements(numbers, threshold)",
+        "call": "twoSum(self, nums, target)",
+    }[kind]
+    body = f"def {name}:\n    return Forged()\n"
+    if kind == "call":
+        body = "class Solution:\n    " + body.replace("\n", "\n    ")
+    v = _grade(graded_problems[kind], forged + body)
+    assert not v.correct, v.reason

@@ -19,9 +19,13 @@ When ``prompt`` is given (the code prompt that ends in an open ``def``) the prog
 stub of the prompt (so the prompt's imports and helpers exist); a bare function body is appended
 to the prompt (HumanEval's completion convention).
 
-One sandbox run per problem: a driver (``_driver.py``) executes all cases inside it, stops at the
-first failure and reports through a nonce-tagged line. ``timeout_s`` is per case for ``stdio`` and
-``call`` and for the whole test program otherwise.
+One sandbox run per problem: a driver (``_driver.py``) runs the program in a process of its own,
+compares its results with the expected ones, stops at the first failure and reports through a
+nonce-tagged line. The tests (expected outputs included) and the nonce reach the driver on its
+stdin, never as files, and the program's results come back as data, so the program can neither
+read the answers nor forge the report nor pass with an object that equals everything (the
+``unittest`` kind excepted: see docs/sandbox.md, "Grading"). ``timeout_s`` is per case for
+``stdio`` and ``call`` and for the whole test program otherwise.
 """
 
 from __future__ import annotations
@@ -95,16 +99,23 @@ def _compiles(source: str) -> bool:
     return True
 
 
+def prompt_stub(prompt: str | None) -> str | None:
+    """The code prompt with ``pass`` as the open function's body, when that compiles: its
+    imports and helpers (e.g. HumanEval's ``poly``), which the program and the tests may use."""
+    if not prompt:
+        return None
+    stub = prompt.rstrip("\n") + "\n    pass\n"
+    return stub if _compiles(stub) else None
+
+
 def calibrate(program: str, prompt: str | None, entry_point: str | None) -> str:
     """Combine the answer's program with the problem's code prompt (see the module doc)."""
     if not prompt:
         return program
     if entry_point and not _defines(program, entry_point):
         return prompt + program
-    stub = prompt.rstrip("\n") + "\n    pass\n"
-    if _compiles(stub):
-        return stub + "\n\n" + program
-    return program
+    stub = prompt_stub(prompt)
+    return program if stub is None else stub + "\n\n" + program
 
 
 def prepare(
@@ -120,23 +131,26 @@ def prepare(
     tests = problem.tests
     if kind in ("functional", "unittest"):
         program = calibrate(program, tests.get("prompt"), tests.get("entry_point"))
+    # The tests travel on the driver's stdin after the nonce, never as files of the run: the
+    # program's process could read a file, not the driver's memory.
     spec: dict[str, Any] = {"kind": kind, "timeout_s": float(timeout_s)}
-    files = {"solution.py": program}
     n_runs = 1
     if kind in ("functional", "unittest"):
         spec["test_code"] = tests["test_code"]
         spec["entry_point"] = tests.get("entry_point")
+        if kind == "functional":  # the tests run in the driver, beside the prompt's helpers
+            spec["prelude"] = prompt_stub(tests.get("prompt"))
     else:
-        cases = tests["cases"]
-        spec["n_cases"] = len(cases)
         spec["func_name"] = tests.get("func_name")
-        for i, case in enumerate(cases):
-            files[f"cases/{i}.in"] = str(case["input"])
+        spec["cases"] = []
+        for case in tests["cases"]:
             out = case["output"]
-            files[f"cases/{i}.out"] = out if isinstance(out, str) else json.dumps(out)
-        n_runs = len(cases)
-    files["spec.json"] = json.dumps(spec)
-    size_mb = sum(len(v) for v in files.values()) / _MB
+            text = out if isinstance(out, str) else json.dumps(out)
+            spec["cases"].append({"input": str(case["input"]), "output": text})
+        n_runs = len(spec["cases"])
+    nonce = secrets.token_hex(16)
+    stdin = f"{nonce}\n{json.dumps(spec)}\n"
+    size_mb = (len(program) + len(stdin)) / _MB
     total = min(float(timeout_s) * n_runs + n_runs * 0.5, 900.0)
     limits = SandboxLimits(
         cpu_s=total + 5,
@@ -144,11 +158,10 @@ def prepare(
         memory_mb=max(1024, int(512 + 8 * size_mb)),
         file_size_mb=max(16, int(size_mb) + 8),
     )
-    nonce = secrets.token_hex(16)
     return PreparedRun(
         code=_DRIVER.read_text(encoding="utf-8"),
-        stdin=nonce + "\n",
-        files=files,
+        stdin=stdin,
+        files={"solution.py": program},
         limits=limits,
         nonce=nonce,
         program=program,
