@@ -1,7 +1,8 @@
 """The conductor-training-rbac Helm chart: ``helm lint``, ``helm template`` validated strictly
-against the Kubernetes schemas, a Role that grants every call the TrainJob launcher makes, bound
-to the account Kubeflow Pipelines runs the tasks as (``pipeline-runner`` standalone,
-``default-editor`` multi-user, or a named one) (its values read without helm:
+against the Kubernetes schemas, Roles that grant every call the TrainJob launcher makes and no
+more, bound to the account Kubeflow Pipelines runs the tasks as (``pipeline-runner`` standalone,
+``default-editor`` multi-user, or a named one); pod logs in a Role of their own bound to service
+accounts only; cluster-scoped runtimes read through a ClusterRole (its values read without helm:
 tests/unit/test_rbac_chart.py)."""
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ LAUNCHER_CALLS = [
     ("", "configmaps", "create"),
     ("", "configmaps", "patch"),
     ("", "configmaps", "delete"),
-    ("", "pods", "list"),
+    ("", "pods", "list"),  # the rank-0 pod, by label
     ("", "pods/log", "get"),
 ]
+RUNNER = {"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}
 
 
 def template(helm: Path, home: Path, *args: str, namespace: str = "team-a") -> list[dict[str, Any]]:
@@ -39,10 +41,8 @@ def template(helm: Path, home: Path, *args: str, namespace: str = "team-a") -> l
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    kinds = {doc["kind"]: doc for doc in docs}
-    assert len(kinds) == len(docs)
-    return kinds
+def by_name(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == kind}
 
 
 def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
@@ -52,6 +52,16 @@ def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
         and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
         for rule in role["rules"]
     )
+
+
+def roles_of(docs: list[dict[str, Any]], subject: dict[str, str]) -> list[dict[str, Any]]:
+    """The Roles and ClusterRoles bound to ``subject`` by the rendered bindings."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
+    return [
+        roles[(b["roleRef"]["kind"], b["roleRef"]["name"])]
+        for b in docs
+        if b["kind"].endswith("RoleBinding") and subject in b["subjects"]
+    ]
 
 
 def test_helm_lint_strict_passes(helm, tmp_path) -> None:
@@ -64,7 +74,8 @@ def test_rendered_manifests_validate_strictly(helm, tmp_path) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     variants = [
         (),
-        ("--set", "kfp.mode=multi-user", "--set", "readTrainingRuntimes=false"),
+        ("--set", "kfp.mode=multi-user", "--set", "readPodLogs=false"),
+        ("--set", "readTrainingRuntimes=true", "--set", "trainingNamespace=training"),
         (
             "--set",
             "serviceAccount.create=true",
@@ -94,64 +105,124 @@ def test_rendered_manifests_validate_strictly(helm, tmp_path) -> None:
 def test_role_grants_what_the_launcher_calls_and_binds_kfps_runner(helm, tmp_path) -> None:
     from conductor_core.cluster.settings import ClusterSettings
 
-    kinds = by_kind(template(helm, tmp_path, namespace="kubeflow"))
-    assert set(kinds) == {"Role", "RoleBinding"}  # KFP's account exists: bound, not created
-    role, binding = kinds["Role"], kinds["RoleBinding"]
+    docs = template(helm, tmp_path, namespace="kubeflow")
+    # KFP's account exists: bound, not created; nothing cluster-scoped by default
+    assert sorted(d["kind"] for d in docs) == ["Role", "Role", "RoleBinding", "RoleBinding"]
+    bound = roles_of(docs, RUNNER)
+    assert len(bound) == 2
     for group, resource, verb in LAUNCHER_CALLS:
-        assert grants(role, group, resource, verb), (group, resource, verb)
-    # least privilege: nothing cluster-wide, no wildcards, no secrets
-    assert all("*" not in rule["verbs"] + rule["resources"] for rule in role["rules"])
-    assert not any("secrets" in rule["resources"] for rule in role["rules"])
-    assert role["metadata"]["namespace"] == "kubeflow"
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": role["metadata"]["name"],
-    }
+        assert any(grants(role, group, resource, verb) for role in bound), (group, resource, verb)
+    for role in bound:
+        # least privilege: no wildcards, no secrets, all in the tasks' namespace
+        assert all("*" not in rule["verbs"] + rule["resources"] for rule in role["rules"])
+        assert not any("secrets" in rule["resources"] for rule in role["rules"])
+        assert role["metadata"]["namespace"] == "kubeflow"
     # standalone KFP (the default) runs every task as pipeline-runner in its own namespace
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}
-    ]
+    for binding in by_name(docs, "RoleBinding").values():
+        assert binding["subjects"] == [RUNNER]
     assert ClusterSettings.model_fields["service_account"].default == "pipeline-runner"
 
 
-def test_multi_user_binds_default_editor_in_the_profile_namespace(helm, tmp_path) -> None:
-    kinds = by_kind(
-        template(helm, tmp_path, "--set", "kfp.mode=multi-user", namespace="kubeflow-user-a")
+def test_roles_grant_no_more_than_the_launcher_calls(helm, tmp_path) -> None:
+    # Every (group, resource, verb) granted is one the launcher makes: no reading ConfigMaps
+    # (KFP keeps its configuration in its namespace's), no get/watch of pods.
+    docs = template(helm, tmp_path, namespace="kubeflow")
+    granted = {
+        (group, resource, verb)
+        for role in roles_of(docs, RUNNER)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == set(LAUNCHER_CALLS)
+
+
+def test_pod_logs_are_a_role_of_their_own_bound_to_service_accounts_only(helm, tmp_path) -> None:
+    other = {"kind": "ServiceAccount", "name": "other-runner", "namespace": "kubeflow"}
+    docs = template(
+        helm,
+        tmp_path,
+        *("--set", "extraSubjects[0].kind=User", "--set", "extraSubjects[0].name=alice"),
+        *("--set", "extraSubjects[1].kind=ServiceAccount"),
+        *("--set", "extraSubjects[1].name=other-runner"),
+        *("--set", "extraSubjects[1].namespace=kubeflow"),
+        namespace="kubeflow",
     )
-    assert set(kinds) == {"Role", "RoleBinding"}
-    assert kinds["RoleBinding"]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "default-editor", "namespace": "kubeflow-user-a"}
+    alice = {"kind": "User", "name": "alice"}
+    assert not any(grants(r, "", "pods/log", "get") for r in roles_of(docs, alice))
+    assert any(
+        grants(r, "trainer.kubeflow.org", "trainjobs", "create") for r in roles_of(docs, alice)
+    )
+    for account in (RUNNER, other):
+        logs = [r for r in roles_of(docs, account) if grants(r, "", "pods/log", "get")]
+        assert len(logs) == 1
+        assert [rule["resources"] for rule in logs[0]["rules"]] == [["pods"], ["pods/log"]]
+
+    without = template(helm, tmp_path, "--set", "readPodLogs=false", namespace="kubeflow")
+    assert not any(grants(r, "", "pods/log", "get") for r in roles_of(without, RUNNER))
+    assert not any(grants(r, "", "pods", "list") for r in roles_of(without, RUNNER))
+
+
+def test_cluster_runtimes_are_read_through_a_cluster_role(helm, tmp_path) -> None:
+    default = template(helm, tmp_path, namespace="kubeflow")
+    assert not any("runtimes" in str(r["rules"]) for r in roles_of(default, RUNNER))
+
+    docs = template(helm, tmp_path, "--set", "readTrainingRuntimes=true", namespace="kubeflow")
+    bound = roles_of(docs, RUNNER)
+    (cluster_role,) = [r for r in bound if r["kind"] == "ClusterRole"]
+    assert cluster_role["rules"] == [
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes"],
+            "verbs": ["get", "list"],
+        }
     ]
-    assert kinds["Role"]["metadata"]["namespace"] == "kubeflow-user-a"
+    for role in (r for r in bound if r["kind"] == "Role"):  # a Role cannot grant it
+        assert not grants(role, "trainer.kubeflow.org", "clustertrainingruntimes", "get")
+    assert any(grants(r, "trainer.kubeflow.org", "trainingruntimes", "get") for r in bound)
+    # one per release and namespace: cluster-scoped names must not collide
+    assert cluster_role["metadata"]["name"] == "kubeflow-rel-trainjob-launcher-runtimes"
+
+
+def test_training_namespace_holds_the_roles_for_the_tasks_account(helm, tmp_path) -> None:
+    docs = template(helm, tmp_path, "--set", "trainingNamespace=training", namespace="kubeflow")
+    namespaced = [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    assert len(namespaced) == 4
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"training"}
+    assert len(roles_of(docs, RUNNER)) == 2  # the account stays in KFP's namespace
+
+
+def test_multi_user_binds_default_editor_in_the_profile_namespace(helm, tmp_path) -> None:
+    docs = template(helm, tmp_path, "--set", "kfp.mode=multi-user", namespace="kubeflow-user-a")
+    editor = {"kind": "ServiceAccount", "name": "default-editor", "namespace": "kubeflow-user-a"}
+    assert all(b["subjects"] == [editor] for b in by_name(docs, "RoleBinding").values())
+    assert [r["metadata"]["namespace"] for r in roles_of(docs, editor)] == ["kubeflow-user-a"] * 2
 
 
 def test_a_named_account_is_bound_and_created_only_when_asked(helm, tmp_path) -> None:
-    named = by_kind(template(helm, tmp_path, "--set", "serviceAccount.name=conductor-runner"))
-    assert "ServiceAccount" not in named
-    assert named["RoleBinding"]["subjects"][0]["name"] == "conductor-runner"
+    runner = {"kind": "ServiceAccount", "name": "conductor-runner", "namespace": "team-a"}
+    named = template(helm, tmp_path, "--set", "serviceAccount.name=conductor-runner")
+    assert not by_name(named, "ServiceAccount")
+    assert all(b["subjects"] == [runner] for b in by_name(named, "RoleBinding").values())
 
-    created = by_kind(
-        template(
-            helm,
-            tmp_path,
-            "--set",
-            "serviceAccount.name=conductor-runner",
-            "--set",
-            "serviceAccount.create=true",
-            "--set",
-            "kfp.mode=multi-user",  # a name wins over the mode's default
-        )
+    created = template(
+        helm,
+        tmp_path,
+        "--set",
+        "serviceAccount.name=conductor-runner",
+        "--set",
+        "serviceAccount.create=true",
+        "--set",
+        "kfp.mode=multi-user",  # a name wins over the mode's default
     )
-    account = created["ServiceAccount"]
+    (account,) = by_name(created, "ServiceAccount").values()
     assert account["metadata"] == {
         **account["metadata"],
         "name": "conductor-runner",
         "namespace": "team-a",
     }
-    assert created["RoleBinding"]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "conductor-runner", "namespace": "team-a"}
-    ]
+    assert all(b["subjects"] == [runner] for b in by_name(created, "RoleBinding").values())
 
 
 def test_creating_an_account_needs_its_name(helm, tmp_path) -> None:

@@ -61,6 +61,8 @@ def test_values_yaml_satisfies_the_schema() -> None:
             "Additional properties",
         ),
         (lambda v: v.update(readTrainingRuntimes="yes"), "is not of type"),
+        (lambda v: v.update(readPodLogs="yes"), "is not of type"),
+        (lambda v: v.update(trainingNamespace="Not_Valid"), "does not match"),
     ],
 )
 def test_schema_rejects_typos_and_inconsistent_values(change: Any, expected: str) -> None:

@@ -3,6 +3,11 @@
 {{- printf "%s-trainjob-launcher" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Name of the pod-log Role and RoleBinding. */}}
+{{- define "conductor-training-rbac.logsName" -}}
+{{- printf "%s-logs" (include "conductor-training-rbac.fullname" . | trunc 58 | trimSuffix "-") -}}
+{{- end -}}
+
 {{/* Labels of every object. */}}
 {{- define "conductor-training-rbac.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
@@ -31,4 +36,26 @@ default-editor
 {{- else -}}
 pipeline-runner
 {{- end -}}
+{{- end -}}
+
+{{/* Namespace of the TrainJobs, their ConfigMaps and pods: trainingNamespace, else the release's. */}}
+{{- define "conductor-training-rbac.trainingNamespace" -}}
+{{- .Values.trainingNamespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+Subjects of the pod-log and runtime-reading bindings: the chart's account and the service
+accounts of extraSubjects (launchers), not its users or groups.
+*/}}
+{{- define "conductor-training-rbac.serviceAccountSubjects" -}}
+- kind: ServiceAccount
+  name: {{ include "conductor-training-rbac.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- range .Values.extraSubjects }}
+{{- if eq .kind "ServiceAccount" }}
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+{{- end }}
+{{- end }}
 {{- end -}}
