@@ -285,7 +285,8 @@ def test_every_vllm_server_has_memory_shm_and_health_probes(rendered, value_set)
         mounts = {m["mountPath"]: m["name"] for m in vllm["volumeMounts"]}
         assert mounts["/dev/shm"] == "dshm"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert vllm[probe]["httpGet"] == {"path": "/health", "port": "http"}
+            # through the path filter on the pod's port (vLLM listens on loopback only)
+            assert vllm[probe]["httpGet"] == {"path": "/health", "port": 8000}
         assert vllm["resources"]["limits"]["nvidia.com/gpu"] >= 1
 
 
@@ -1219,3 +1220,81 @@ def test_ingress_is_off_by_default_and_routes_only_the_api(rendered, helm, home)
         helm, home, "--set", "ingress.enabled=true", "--set", "ingress.hosts[0]=Bad_Host"
     )
     assert "ingress.hosts.0" in error
+
+
+# ---- the path filter in front of vLLM -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_vllm_is_reached_only_through_the_path_filter(rendered, value_set) -> None:
+    """vLLM listens on loopback; the pod's port (the Service's target, what the NetworkPolicy
+    lets in, what Prometheus scrapes) is the allow-list proxy's, run from the gateway's image."""
+    from conductor_core.serve.model_proxy import ALLOWED_ROUTES
+
+    docs = rendered[value_set]
+    image = container(gateway(docs), "gateway")["image"]
+    deployments = vllm_deployments(docs)
+    assert deployments or value_set != "minimal"
+    for name, deployment in deployments.items():
+        vllm = container(deployment, "vllm")
+        assert option(vllm["args"], "--host") == "127.0.0.1"
+        assert option(vllm["args"], "--port") == "8001"
+        assert "ports" not in vllm
+        proxy = container(deployment, "path-filter")
+        assert proxy["image"] == image
+        assert proxy["command"] == ["python", "-m", "conductor_core.serve.model_proxy"]
+        assert proxy["args"] == ["--port", "8000", "--upstream", "http://127.0.0.1:8001"]
+        assert proxy["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+        service = objects(docs, "Service")[name]
+        assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert ("GET", "/health") in ALLOWED_ROUTES and ("GET", "/metrics") in ALLOWED_ROUTES
+
+
+def test_the_rendered_path_filter_command_refuses_tokenize(rendered) -> None:
+    """The filter's rendered command, run here (on a free port, nothing behind it): /tokenize
+    and /invocations get 403, /health reaches for vLLM (502: none there)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    proxy = container(
+        vllm_deployments(rendered["minimal"])[f"{RELEASE}-conductor-model"], "path-filter"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [*proxy["args"]]
+    args[args.index("--port") + 1] = str(port)
+    command = [sys.executable, *proxy["command"][1:], *args, "--host", "127.0.0.1"]
+    with subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE) as process:
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    health = httpx.get(f"{base}/health", timeout=5)
+                    break
+                except httpx.ConnectError:
+                    assert time.monotonic() < deadline and process.poll() is None
+                    time.sleep(0.1)
+            refused = [
+                httpx.post(f"{base}{p}", json={}, timeout=5) for p in ("/tokenize", "/invocations")
+            ]
+        finally:
+            process.terminate()
+    assert health.status_code == 502
+    assert [r.status_code for r in refused] == [403, 403]
+
+
+def test_the_path_filter_can_be_turned_off_and_refuses_a_shared_port(helm, home) -> None:
+    docs = render(helm, home, "--set", "vllm.pathFilter.enabled=false")
+    vllm_pod = vllm_deployments(docs)[f"{RELEASE}-conductor-model"]
+    vllm = container(vllm_pod, "vllm")
+    assert option(vllm["args"], "--host") == "0.0.0.0" and option(vllm["args"], "--port") == "8000"
+    assert vllm["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert [c["name"] for c in vllm_pod["spec"]["template"]["spec"]["containers"]] == ["vllm"]
+    stderr = render_error(helm, home, "--set", "vllm.pathFilter.internalPort=8000")
+    assert "vllm.pathFilter.internalPort (8000) must differ from vllm.port" in stderr

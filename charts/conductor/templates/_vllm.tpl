@@ -28,6 +28,13 @@ Argument: dict
 {{- if $remote }}{{ $modelPath = printf "/models/%s" .key }}{{ end -}}
 {{- $claim := $storage.existingClaim | default (printf "%s-models" .name) -}}
 {{- $hfToken := $root.Values.huggingfaceToken -}}
+{{- $filter := $d.pathFilter -}}
+{{- /* with the path filter, vLLM listens on loopback only and the filter on the pod's port */ -}}
+{{- $vllmHost := ternary "127.0.0.1" "0.0.0.0" $filter.enabled -}}
+{{- $vllmPort := ternary $filter.internalPort $d.port $filter.enabled -}}
+{{- if and $filter.enabled (eq (int $filter.internalPort) (int $d.port)) -}}
+{{- fail (printf "vllm.pathFilter.internalPort (%v) must differ from vllm.port: the filter listens on vllm.port, vLLM behind it on internalPort" $filter.internalPort) -}}
+{{- end -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -159,9 +166,9 @@ spec:
             - --served-model-name
             - {{ .served | quote }}
             - --host
-            - "0.0.0.0"
+            - {{ $vllmHost | quote }}
             - --port
-            - {{ $d.port | quote }}
+            - {{ $vllmPort | quote }}
             - --tensor-parallel-size
             - {{ $tp | quote }}
             {{- if gt $rest 1 }}
@@ -224,26 +231,29 @@ spec:
             {{- with $s.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
+          {{- if not $filter.enabled }}
           ports:
             - name: http
               containerPort: {{ $d.port }}
               protocol: TCP
+          {{- end }}
           # Loading the weights into the GPUs takes minutes: the startup probe's budget is
-          # periodSeconds x failureThreshold; liveness starts only after it succeeds.
+          # periodSeconds x failureThreshold; liveness starts only after it succeeds. With the
+          # path filter the probes go through it (vLLM listens on loopback only).
           startupProbe:
             httpGet:
               path: /health
-              port: http
+              port: {{ $d.port }}
             {{- toYaml $d.startupProbe | nindent 12 }}
           readinessProbe:
             httpGet:
               path: /health
-              port: http
+              port: {{ $d.port }}
             {{- toYaml $d.readinessProbe | nindent 12 }}
           livenessProbe:
             httpGet:
               path: /health
-              port: http
+              port: {{ $d.port }}
             {{- toYaml $d.livenessProbe | nindent 12 }}
           resources:
             {{- $resources := deepCopy ($s.resources | default dict) }}
@@ -267,6 +277,43 @@ spec:
               mountPath: /home/vllm
             - name: tmp
               mountPath: /tmp
+        {{- if $filter.enabled }}
+        # The pod's port: only the routes the gateway, the probes and Prometheus use reach vLLM
+        # (conductor_core/serve/model_proxy.py); /tokenize, /invocations, /pooling, /score
+        # and the rest, which vLLM's --api-key leaves open, get 403.
+        - name: path-filter
+          {{- $gwImage := $root.Values.gateway.image }}
+          image: "{{ $gwImage.repository }}:{{ $gwImage.tag }}"
+          imagePullPolicy: {{ $gwImage.pullPolicy }}
+          command: ["python", "-m", "conductor_core.serve.model_proxy"]
+          args:
+            - --port
+            - {{ $d.port | quote }}
+            - --upstream
+            - {{ printf "http://127.0.0.1:%v" $filter.internalPort | quote }}
+          ports:
+            - name: http
+              containerPort: {{ $d.port }}
+              protocol: TCP
+          livenessProbe:
+            tcpSocket:
+              port: http
+            periodSeconds: 20
+            timeoutSeconds: 5
+            failureThreshold: 3
+          resources:
+            {{- toYaml $filter.resources | nindent 12 }}
+          securityContext:
+            runAsNonRoot: true
+            runAsUser: 10001
+            runAsGroup: 10001
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities:
+              drop: ["ALL"]
+            seccompProfile:
+              type: RuntimeDefault
+        {{- end }}
       volumes:
         - name: models
           {{- if eq $storage.type "persistentVolumeClaim" }}
