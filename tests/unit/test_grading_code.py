@@ -4,6 +4,7 @@ as an infrastructure error (grading in the sandbox: tests/integration/test_gradi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from conductor_core.tasks.answers import extract_code
 from conductor_core.tasks.grading import code as gcode
 from conductor_core.tasks.grading import grade, reward
-from conductor_core.tasks.grading._driver import call_equal, stdio_equal
+from conductor_core.tasks.grading._driver import call_equal, decode, encode, stdio_equal
 from conductor_core.tasks.problem import Problem
 from conductor_core.tasks.sandbox import SandboxResult
 from conductor_core.tasks.sources import load_benchmark
@@ -52,6 +53,44 @@ def test_lcb_comparison_rules() -> None:
     assert "line 1" in stdio_equal("yes", "YES")[1]
     assert call_equal((0, 1), [0, 1])
     assert not call_equal([1, 0], [0, 1])
+
+
+def _across(value: object) -> object:
+    """``value`` as the driver gets it from the program process (JSON over a pipe)."""
+    return decode(json.loads(json.dumps(encode(value))))
+
+
+def test_results_cross_to_the_driver_as_plain_values() -> None:
+    value = {"a": (1, 2.5, None), 3: [True, b"\x00\xff", {7}], "z": 1 + 2j, "f": frozenset("x")}
+    back = _across([value, float("inf"), "text"])
+    assert back == [value, float("inf"), "text"]
+    assert type(back[0]["a"]) is tuple and type(back[0][3][2]) is set
+    assert type(back[0]["f"]) is frozenset and type(back[0][3][1]) is bytes
+
+
+def test_an_object_equal_to_everything_arrives_as_the_value_it_holds() -> None:
+    class Everything(int):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = int.__hash__
+
+    class Listy(list):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    got = _across([Everything(0), Listy([1])])
+    assert got == [0, [1]] and got != [1, [2]]
+    assert [type(v) for v in got] == [int, list]
+    assert not call_equal(_across(Listy()), [0, 1])
+    with pytest.raises(TypeError, match="not plain data"):
+        encode(object())
+
+
+@pytest.mark.parametrize("tree", [{"eval": "1"}, {"tuple": 1}, {"a": 1, "b": 2}, {"set": [[1]]}])
+def test_only_encoded_trees_decode(tree: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        decode(tree)
 
 
 def test_bad_tests_shape_is_named() -> None:
