@@ -70,6 +70,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
     """The training pipeline, with the cluster settings (the pods of each kind of task, and the
     TrainJob's, which reach the launcher task as JSON; default: the bundled ones) and the
     evaluation's parallelism, both fixed when the pipeline is compiled."""
+    from conductor_core.cluster.runtime import runtime_reference
     from conductor_core.cluster.settings import load_cluster_settings
 
     cluster = settings or load_cluster_settings()
@@ -159,6 +160,8 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 default_artifact_root=cluster.artifact_root or "",
                 shared_paths=list(cluster.shared_paths),
                 s3_secret=cluster.s3_secret() or "",
+                trainjob_runtime=runtime_reference(cluster),
+                namespace=cluster.namespace or "",
             ).set_display_name("check parameters")
             data = curate(curation_config=curation_config, **tracked).after(checked)
             validated = validate(dataset=data.outputs["dataset"], **tracked).set_display_name(

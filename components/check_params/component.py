@@ -26,15 +26,20 @@ def check_params(
     default_artifact_root: str = "",
     shared_paths: list = [],  # noqa: B006 (KFP reads the default from the signature; never mutated)
     s3_secret: str = "",
+    trainjob_runtime: str = "",
+    namespace: str = "",
 ) -> NamedTuple("Outputs", [("checked", str), ("placement", str)]):
     """Check the run's parameters (profile, launcher, metric, baselines, pool, curation config,
     shard counts, step and warm-up step counts, the training seed, and an artifact root the
     run's pods can share: `s3://` with S3 credentials, or a folder under the cluster settings'
     `shared_paths`) and stop the run with one line naming every bad one.
-    `default_artifact_root`, `shared_paths` and `s3_secret` come from the cluster settings the
-    pipeline was compiled with. Returns the checked values as `key=value, ...` and the
-    profile's placement (`cpu` or `gpu`: its training config's device), which the pipeline's
-    branches follow."""
+    With `launcher=trainjob` it looks the Kubeflow Trainer runtime up in the cluster
+    (`trainjob_runtime`, `Kind/name`; a TrainingRuntime in `namespace`, else the pod's own) and
+    stops the run when it does not exist, before any GPU node is asked for.
+    `default_artifact_root`, `shared_paths`, `s3_secret`, `trainjob_runtime` and `namespace`
+    come from the cluster settings the pipeline was compiled with. Returns the checked values as
+    `key=value, ...` and the profile's placement (`cpu` or `gpu`: its training config's
+    device), which the pipeline's branches follow."""
     from collections import namedtuple
 
     from conductor_core.pipeline_tasks.params import check_training_params
@@ -59,6 +64,8 @@ def check_params(
         default_artifact_root=default_artifact_root,
         shared_paths=shared_paths,
         s3_secret=s3_secret,
+        trainjob_runtime=trainjob_runtime,
+        namespace=namespace,
     )
     outputs = namedtuple("Outputs", ["checked", "placement"])
     return outputs(", ".join(f"{k}={v}" for k, v in checked.items()), checked["placement"])

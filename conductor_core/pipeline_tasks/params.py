@@ -9,7 +9,7 @@ artifact root the run's pods cannot share (:func:`check_artifact_root`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -58,6 +58,9 @@ def check_training_params(
     default_artifact_root: str = "",
     shared_paths: Sequence[str] = (),
     s3_secret: str = "",
+    trainjob_runtime: str = "",
+    namespace: str = "",
+    log: Callable[[str], None] = print,
 ) -> dict[str, str]:
     """Check the training pipeline's parameters; raise one :class:`ConfigError` listing every
     bad one. Returns the normalised values that later tasks may print, among them
@@ -66,7 +69,11 @@ def check_training_params(
 
     ``artifact_root`` (None: not checked) is checked by :func:`check_artifact_root` against
     what the cluster settings the pipeline was compiled with allow (``default_artifact_root``,
-    ``shared_paths``, ``s3_secret``)."""
+    ``shared_paths``, ``s3_secret``). With ``launcher=trainjob`` and ``trainjob_runtime``
+    (``Kind/name`` from the same settings) the Kubeflow Trainer runtime is looked up in the
+    cluster (:func:`~conductor_core.cluster.runtime.check_runtime`; a TrainingRuntime in
+    ``namespace``, else the pod's own): a missing one stops the run before any GPU node is
+    asked for; one the service account may not read is ``log``-ged as a warning."""
     problems = [
         *_one_of("profile", profile, PROFILES),
         *_one_of("launcher", launcher, LAUNCHERS),
@@ -108,9 +115,30 @@ def check_training_params(
         )
         problems += found
         checked["artifact_root"] = root
+    if launcher == "trainjob" and trainjob_runtime and not problems:
+        problems += _runtime_problems(trainjob_runtime, namespace, log)
     if problems:
         raise ConfigError("pipeline parameters: " + "; ".join(problems))
     return checked
+
+
+def _runtime_problems(reference: str, namespace: str, log: Callable[[str], None]) -> list[str]:
+    """:func:`~conductor_core.cluster.runtime.check_runtime` from this pod: its problem (also
+    when no Kubernetes API is reachable: a TrainJob needs one), its warning logged."""
+    from conductor_core.cluster.launcher import ClusterError, load_api_client, resolve_namespace
+    from conductor_core.cluster.runtime import check_runtime
+    from conductor_core.cluster.settings import ClusterSettings
+
+    try:
+        api = load_api_client()
+    except ClusterError as exc:
+        return [f"launcher: trainjob needs the Kubernetes API: {exc}"]
+    with api:
+        ns = resolve_namespace(ClusterSettings(), namespace or None)
+        result = check_runtime(reference, api, ns)
+    if result.warning:
+        log(f"warning: {result.warning}")
+    return [result.problem] if result.problem else []
 
 
 def check_artifact_root(

@@ -94,6 +94,9 @@ class KMockCluster:
             ):
                 km.resources[key].kind = kind
                 km.resources[key].namespaced = True
+            runtimes = f"{TRAINER_GROUP}/{TRAINER_VERSION}/clustertrainingruntimes"
+            km.resources[runtimes].kind = "ClusterTrainingRuntime"
+            km.resources[runtimes].namespaced = False
             self._ready.set()
             await self._stop
 
@@ -655,3 +658,33 @@ def test_a_trainer_without_runtime_patches_is_refused_naming_the_version(cluster
     assert "Kubeflow Trainer 2.2.0 or newer is needed" in message
     assert 'unknown field "spec.runtimePatches"' in message
     assert len(received) == 1 and received[0].params["fieldValidation"] == "Strict"
+
+
+# -- the parameter check's look at the runtime (issue 43 §3) -------------------------------------
+
+
+def test_the_runtime_check_finds_an_installed_runtime_and_names_a_missing_one(api) -> None:
+    """A default Trainer install ships no runtime and its webhook rejects a TrainJob that names
+    a missing one: the parameter check says so before any GPU node is asked for."""
+    from conductor_core.cluster.runtime import check_runtime, runtime_reference
+
+    reference = runtime_reference(make_settings(runtime_name="conductor-torch"))
+    assert reference == "ClusterTrainingRuntime/conductor-torch"
+    missing = check_runtime(reference, api, NS)
+    assert missing.problem is not None and missing.warning is None
+    assert missing.problem.startswith(
+        "trainjob: the ClusterTrainingRuntime 'conductor-torch' does not exist; install"
+    )
+    assert "runtimes.torchDistributed.enabled=true" in missing.problem
+    client.CustomObjectsApi(api).create_cluster_custom_object(
+        TRAINER_GROUP,
+        TRAINER_VERSION,
+        "clustertrainingruntimes",
+        {
+            "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "conductor-torch"},
+            "spec": {},
+        },
+    )
+    assert check_runtime(reference, api, NS) == type(missing)()  # neither problem nor warning
