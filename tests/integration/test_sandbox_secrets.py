@@ -1,11 +1,18 @@
 """Generated code never sees a secret (issue 44, section 1): in every isolation mode, limits
 only included, a hostile program reads neither the grader's environment nor its memory, nor the
-environment of any other process of the machine (a pod's PID 1 holds the same secrets)."""
+environment of any other process of the machine (a pod's PID 1 holds the same secrets).
+
+Each seal is exercised where this host allows it: a root grader whose interpreter other users
+cannot reach (Landlock and no capabilities), a root grader with a world-reachable interpreter
+(a uid of its own per run) and a grader that is not root (Landlock; unshare maps its uid to
+itself)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,11 +27,19 @@ from conductor_core.tasks.sandbox.local import ALL_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 
+NOBODY = 65534
 # The grader: a process whose real environment (what /proc/PID/environ shows) holds the secret,
-# running the program read from stdin in the mode given as argv[1].
+# running the program read from stdin in the mode given as argv[1]; with argv[2], first made an
+# ordinary grader of that uid (not root, dumpable).
 GRADER = textwrap.dedent(
     """
-    import json, sys
+    import ctypes, json, os, sys
+    if len(sys.argv) > 2:
+        uid = int(sys.argv[2])
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, which the uid change cleared
     from conductor_core.errors import ConfigError
     from conductor_core.tasks.sandbox import LocalSandbox, SandboxLimits
     try:
@@ -37,10 +52,12 @@ GRADER = textwrap.dedent(
     """
 )
 
-# Everything a same-machine process could try: the parent's environ, PID 1's, every process's
-# (and thread's), and the parent's whole readable memory through /proc/PPID/mem.
+# Everything a same-machine process could try: unmount its own /proc (under unshare the host's
+# lies beneath), then the parent's environ, PID 1's, every process's (and thread's), and the
+# parent's whole readable memory through /proc/PPID/mem.
 HOSTILE = r"""
-import glob, os, re
+import ctypes, glob, os, re
+ctypes.CDLL(None).umount2(b"/proc", 2)  # MNT_DETACH
 ppid = os.getppid()
 found, denied = [], set()
 paths = [f"/proc/{ppid}/environ", "/proc/1/environ"]
@@ -71,27 +88,55 @@ print("PARENT-DENIED", f"/proc/{ppid}/environ" in denied and "mem" in denied)
 """
 
 
+@functools.cache
+def _world_python() -> str | None:
+    """An interpreter every user can reach that imports the sandbox (stdlib only), if any."""
+    for path in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
+        if path and isolation.world_traversable(path):
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            check = [path, "-c", "import conductor_core.tasks.sandbox"]
+            if subprocess.run(check, env=env, cwd=REPO, capture_output=True).returncode == 0:
+                return path
+    return None
+
+
+def _grader(kind: str) -> tuple[str, list[str]]:
+    """The interpreter and extra arguments of a grader of ``kind``, or a skip."""
+    root = os.geteuid() == 0
+    if kind == "as-is":
+        return sys.executable, []
+    if not root:
+        pytest.skip(f"a {kind} grader needs this test to run as root")
+    python = _world_python()
+    if python is None:
+        pytest.skip("no interpreter here that every user can reach")
+    return python, ([str(NOBODY)] if kind == "not-root" else [])
+
+
 @pytest.fixture
-def secret_holders():
+def secret_holders(request):
     """A fresh secret in the real environment of the grader (returned: its env) and of a bystander
-    process of the same user, as a pod's entrypoint (PID 1) would hold it."""
+    process of the grader's user, as a pod's entrypoint (PID 1) would hold it."""
+    python, extra = _grader(request.node.callspec.params["grader"])
     secret = f"sk-leak-{uuid.uuid4().hex}"
     env = {**os.environ, "AWS_SECRET_ACCESS_KEY": secret, "PYTHONPATH": str(REPO)}
-    bystander = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)"], env=env, cwd=REPO
-    )
+    user = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if extra else {}
+    sleeper = [python, "-c", "import time; time.sleep(120)"]
+    bystander = subprocess.Popen(sleeper, env=env, cwd=REPO, **user)
     try:
-        yield secret, env
+        yield secret, env, [python, "-c", GRADER]
     finally:
         bystander.kill()
         bystander.wait()
 
 
+@pytest.mark.parametrize("grader", ["as-is", "root-world-python", "not-root"])
 @pytest.mark.parametrize("mode", ALL_MODES)
-def test_no_mode_lets_a_program_read_another_process_secret(secret_holders, mode):
-    secret, env = secret_holders
+def test_no_mode_lets_a_program_read_another_process_secret(secret_holders, mode, grader):
+    secret, env, argv = secret_holders
+    extra = [str(NOBODY)] if grader == "not-root" else []
     done = subprocess.run(
-        [sys.executable, "-c", GRADER, mode],
+        [*argv, mode, *extra],
         input=HOSTILE,
         capture_output=True,
         text=True,
@@ -103,13 +148,17 @@ def test_no_mode_lets_a_program_read_another_process_secret(secret_holders, mode
     assert secret not in done.stdout + done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if "refused" in result or result["status"] == "sandbox_error":
+        reason = result.get("refused") or result["reason"]
+        # limits only is never skipped for a failing seal: only where none can exist here
+        assert mode != "rlimits" or "cannot keep the grader's environment" in reason, reason
         pytest.skip(f"{mode} is not available here: {result.get('refused') or result['reason']}")
     assert result["status"] == "ok", result
     assert "SECRETS []" in result["stdout"]  # the program ran its whole search and found nothing
     assert "host-environ-unreadable" in result["isolation"]
     if mode == "rlimits":  # the one mode where the grader is in the program's /proc
         assert "PARENT-DENIED True" in result["stdout"]
-        assert {"own-uid", "landlock"} & set(result["isolation"])
+        seal = "own-uid" if grader == "root-world-python" else "landlock"
+        assert seal in result["isolation"]
 
 
 @pytest.mark.skipif(isolation.landlock_abi() < 2, reason="needs Landlock ABI 2+ (Linux 5.19+)")
@@ -153,6 +202,7 @@ def test_an_unsealed_limits_only_run_stops_before_the_program(monkeypatch):
     monkeypatch.setattr(isolation, "landlock_abi", lambda: 2)
     monkeypatch.setattr(isolation, "_sealer", lambda **_: lambda: None)  # a seal that does nothing
     box = LocalSandbox("rlimits")
-    with pytest.raises(ConfigError, match="could read the grader's environment") as err:
+    unsealed = "would hold capabilities|could read the grader's environment"  # root | not
+    with pytest.raises(ConfigError, match=unsealed) as err:
         box.run("print('the program ran')\n")
     assert "the program ran" not in str(err.value)

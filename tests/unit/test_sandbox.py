@@ -183,6 +183,16 @@ def test_limits_only_is_refused_where_the_program_could_read_the_graders_env(mon
         assert box.report()["mode"] == "refused"
 
 
+def test_unshare_as_root_without_a_uid_of_its_own_is_refused(monkeypatch):
+    """As real root the program could unmount its /proc and read the host's beneath it."""
+    from conductor_core.tasks.sandbox import isolation
+
+    monkeypatch.setattr(isolation, "_is_root", lambda: True)
+    monkeypatch.setattr(isolation, "world_traversable", lambda path: False)
+    with pytest.raises(ConfigError, match="'unshare' as root needs a uid of its own"):
+        LocalSandbox("unshare").mode()
+
+
 def test_bad_fallback_setting_is_a_config_error(monkeypatch):
     monkeypatch.setenv("CONDUCTOR_SANDBOX_FALLBACK", "yes")
     with pytest.raises(ConfigError, match=r"CONDUCTOR_SANDBOX_FALLBACK.*refuse, limits-only"):

@@ -10,8 +10,10 @@ Without a PID namespace (``rlimits``) the program shares ``/proc`` with the grad
 the pod and every other process: their environments hold the pod's secrets. There the
 program runs under its own uid or in its own Landlock domain (or both), which the kernel's
 ptrace check (``/proc/PID/environ``, ``mem``, ``maps``, ``fd``) refuses for every process
-outside it; a host that offers neither gets :class:`ConfigError`, and the bootstrap checks the
-seal on every run before the program starts.
+outside it; a host that offers neither gets :class:`ConfigError`. Under ``unshare`` the host's
+``/proc`` lies beneath the run's own: a program holding CAP_SYS_ADMIN could unmount the latter,
+so there it runs without capabilities (its own uid as root, the grader's uid mapped to itself
+otherwise). In both modes the bootstrap checks this on every run before the program starts.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ UID_SPAN = 1 << 24
 ENV_TAGS = ("env-allowlist", "host-environ-unreadable")
 
 # Kept import-light (no json/runpy: ~30 ms per run). argv: uid nproc marker workdir chown site
-# seal-check (lists joined with os.pathsep). With seal-check 1 (rlimits: the program shares
-# /proc with the grader) the run stops before the program when the parent's environment is
-# readable: the seal of build_plan verified on every run, not assumed.
+# seal-check (lists joined with os.pathsep). With seal-check 1 (unshare, rlimits: the host's
+# /proc is shared or mounted beneath the run's) the run stops before the program when it would
+# hold a capability or could read its parent's environment: build_plan's seal verified on
+# every run, not assumed.
 BOOTSTRAP = r"""
 import os, resource, sys
 _uid, _nproc, _marker = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -61,6 +64,10 @@ if _uid and os.geteuid() == 0:
     if os.getuid() == 0 or os.geteuid() == 0:
         sys.exit(121)
 if sys.argv[7] == "1":
+    with open("/proc/self/status") as _fh:
+        if any(_l.startswith("CapEff:") and int(_l.split()[1], 16) for _l in _fh):
+            os.write(2, b"sandbox: the program would hold capabilities; not run\n")
+            sys.exit(121)
     try:
         open("/proc/%d/environ" % os.getppid(), "rb").close()
     except OSError:
@@ -296,6 +303,12 @@ def _sealer(*, drop_caps: bool, landlock: bool) -> Callable[[], None]:
     return seal
 
 
+def _unreachable_python() -> str:
+    """Why a root grader's program cannot get a uid of its own, in words."""
+    path = os.path.realpath(python_executable())
+    return f"the interpreter {path} is not reachable by other users (a directory lacks o+x)"
+
+
 def _rlimits_seal(root: bool, drop: bool) -> tuple[list[str], Callable[[], None]]:
     """How an rlimits run is kept from every other process's environment and memory: its own
     uid (``drop``: root with a world-traversable interpreter) and/or its own Landlock domain
@@ -304,8 +317,7 @@ def _rlimits_seal(root: bool, drop: bool) -> tuple[list[str], Callable[[], None]
     landlock = landlock_abi() >= 2
     if not (drop or landlock):
         why = (
-            f"the interpreter {python_executable()} is not reachable by other users (every "
-            "directory on its path needs o+x), so the program cannot get a uid of its own"
+            f"{_unreachable_python()}, so the program cannot get a uid of its own"
             if root
             else "the grader is not root, so the program cannot get a uid of its own"
         )
@@ -326,7 +338,9 @@ def _unshare_argv() -> list[str]:
     argv = [shutil.which("unshare") or "unshare", "--fork", "--pid", "--kill-child"]
     argv += ["--mount-proc", "--net", "--ipc", "--uts"]
     if not _is_root():
-        argv += ["--user", "--map-root-user"]
+        # The grader's uid mapped to itself (util-linux 2.38+), not to root: the program then
+        # holds no capability and cannot unmount its /proc to reach the host's beneath it.
+        argv += ["--user", "--map-current-user"]
     return [*argv, "--"]
 
 
@@ -359,6 +373,12 @@ def build_plan(
         tags = ["unshare", "pid-ns", "net-ns", "ipc-ns", "uts-ns", "host-fs-visible"]
         if not root:
             tags.append("user-ns")
+        elif not drop:
+            raise ConfigError(
+                "sandbox: isolation 'unshare' as root needs a uid of its own for the program "
+                "(as real root it could unmount its /proc and read every process's environment), "
+                f"but {_unreachable_python()}"
+            )
     elif mode == "rlimits":
         prefix = []
         workdir = host_workdir
@@ -395,7 +415,7 @@ def build_plan(
         workdir,
         os.pathsep.join(chown),
         os.pathsep.join(site_dirs()),
-        "1" if mode == "rlimits" else "0",  # the bootstrap verifies the seal (no PID namespace)
+        "0" if mode == "bwrap" else "1",  # the bootstrap verifies the seal (host /proc reachable)
     ]
     return Plan(argv=argv, workdir_inside=workdir, isolation=tuple(tags), preexec=preexec)
 

@@ -242,24 +242,26 @@ class LocalSandbox:
                 probe = self._run_in(
                     mode, "import os\nprint('sandbox-ok')\n", "", SandboxLimits(), {}
                 )
-            except ConfigError as exc:  # rlimits where nothing keeps the grader's env away
-                if auto:
-                    self._refusal = str(exc)
-                raise
+            except ConfigError as exc:  # a mode that cannot keep the grader's environment away
+                if not auto:
+                    raise
+                self._probe_failures[mode] = str(exc)
+                continue
             if probe.status == "ok" and probe.stdout.strip() == "sandbox-ok":
                 self._warn_fallback(mode)
                 return mode
             self._probe_failures[mode] = probe.reason
-        if self.wanted != "auto":
+        if not auto:
             raise ConfigError(
                 f"sandbox isolation {self.wanted!r} failed its self-test on this host "
                 f"({self._probe_failures.get(self.wanted, 'not available')}); "
                 f"unset {ISOLATION_ENV} or install bubblewrap"
             )
         self._refusal = (
-            "sandbox: no isolation mode passed its self-test here ("
+            "sandbox: no isolation mode works here ("
             + "; ".join(f"{m}: {why}" for m, why in self._probe_failures.items())
-            + "); generated code cannot run on this host"
+            + "); give the sandbox namespaces (docs/sandbox.md, 'Generated code in containers "
+            "and pods')"
         )
         raise ConfigError(self._refusal)
 
