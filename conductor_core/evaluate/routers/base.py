@@ -125,6 +125,31 @@ def save_router(
     return out
 
 
+def load_router_weights(path: Path) -> dict[str, Any]:
+    """The tensors a router saved into ``path`` (:data:`WEIGHTS_FILE`), on the CPU.
+
+    ``weights_only=True`` explicitly (not torch's default, which older releases had False): a
+    router folder may come from elsewhere, and a full unpickle runs whatever code the file names.
+    A file holding anything but tensors and plain containers is a :class:`ConfigError`, and
+    nothing in it runs.
+    """
+    import pickle
+    import re
+
+    import torch
+
+    file = path / WEIGHTS_FILE
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # torch's message is a multi-line how-to-bypass; keep only what the file held.
+        found = re.search(r"WeightsUnpickler error: ([^\n]*?\.)(?:\s|$)", str(exc))
+        reason = f" ({found.group(1)})" if found else ""
+        raise ConfigError(
+            f"{file}: refusing to load a weights file that holds more than tensors{reason}"
+        ) from exc
+
+
 def read_router_meta(path: Path, kind: str) -> dict[str, Any]:
     """The metadata of the ``kind`` router trained into ``path`` (by ``fit_<kind>``); a clear
     error when the folder holds none or another kind."""

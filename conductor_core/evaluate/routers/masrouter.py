@@ -46,8 +46,8 @@ from typing import Any
 from conductor_core.evaluate.methods import SOLVE
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.evaluate.routers.base import (
-    WEIGHTS_FILE,
     correctness_table,
+    load_router_weights,
     read_router_meta,
     save_router,
     saved_encoder,
@@ -401,7 +401,7 @@ class MASRouter:
         self.policy = _policy(
             int(self.meta["in_dim"]), len(self.worker_methods), len(self.roles), self.config
         )
-        state = torch.load(self.path / WEIGHTS_FILE, map_location="cpu")
+        state = load_router_weights(self.path)
         self.policy.load_state_dict(state["policy"])
         self.policy.eval()
         self.role_emb = torch.tensor(self.encoder.encode([d for _, d in self.roles]))

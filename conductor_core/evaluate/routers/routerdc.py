@@ -27,8 +27,8 @@ from typing import Any
 
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.evaluate.routers.base import (
-    WEIGHTS_FILE,
     correctness_table,
+    load_router_weights,
     read_router_meta,
     save_router,
     saved_encoder,
@@ -208,7 +208,7 @@ class RouterDC:
 
         self.config = RouterDCConfig(**self.meta["config"])
         self.encoder = get_encoder(encoder or saved_encoder(self.meta))
-        state = torch.load(self.path / WEIGHTS_FILE, map_location="cpu")
+        state = load_router_weights(self.path)
         self.head = _head(int(self.meta["in_dim"]), self.config)
         self.head.load_state_dict(state["head"])
         self.head.eval()
