@@ -283,9 +283,12 @@ def test_a_spent_quota_is_429_naming_the_limit_until_the_period_ends(pool, monke
             spent_stream = await post(app, body(stream=True), authorization=f"Bearer {KEY}")
             other_stream = await post(app, body(stream=True), authorization=f"Bearer {KEY}-other")
             after_stream = await post(app, body(), authorization=f"Bearer {KEY}-other")
-            return first, spent, spent_stream, other_stream, after_stream
+            described = app.openapi()["paths"]
+            return first, spent, spent_stream, other_stream, after_stream, described
 
-    first, spent, spent_stream, other_stream, after_stream = run(go())
+    first, spent, spent_stream, other_stream, after_stream, described = run(go())
+    for path, method in (("/v1/chat/completions", "post"), ("/v1/models", "get")):
+        assert "spend_quota_exceeded" in described[path][method]["responses"]["429"]["description"]
     assert first.status_code == 200 and first.json()["conductor"]["cost"] > 0
     assert other_stream.status_code == 200  # a quota per key
     assert other_stream.text.rstrip().endswith("data: [DONE]")
@@ -660,3 +663,22 @@ def test_metric_labels_take_known_values_only(pool):
     assert count("/v1/models", "GET", "200") == 1
     series = [line for line in text.splitlines() if line.startswith("conductor_gateway_requests")]
     assert series and all("FOO" not in s and "PROPFIND" not in s and "x1" not in s for s in series)
+
+
+def test_the_cli_sets_the_quota_and_the_trusted_proxies(monkeypatch):
+    import uvicorn
+    from click.testing import CliRunner
+
+    from conductor_core.cli.serve import command
+
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+    args = ["--spend-quota", "5", "--forwarded-allow-ips", "10.0.0.0/8, 192.168.1.1"]
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    assert ran["app"].state.config.spend_quota == 5
+    assert ran["proxy_headers"] is True
+    assert ran["forwarded_allow_ips"] == ["10.0.0.0/8", "192.168.1.1"]
+    result = CliRunner().invoke(command, ["--forwarded-allow-ips", "ingress"])
+    assert result.exit_code != 0
+    assert "forwarded_allow_ips: 'ingress' is neither an IP address" in str(result.exception)
