@@ -2,9 +2,11 @@
 kubelet's probes and Prometheus use reach the model server; any other path gets 403.
 
 Why: vLLM's ``--api-key`` guards only the ``/v1`` routes. In the versions the chart runs,
-``/invocations``, ``/tokenize``, ``/detokenize``, ``/pooling``, ``/score``, ``/rerank`` and more
-answer without the key, so any pod that a NetworkPolicy lets in (Prometheus, for ``/metrics``)
-would get free inference; a NetworkPolicy filters ports, not paths. The chart binds vLLM to
+``/invocations``, ``/tokenize``, ``/detokenize``, ``/pooling``, ``/score``, ``/rerank``,
+``/classify`` and more answer without the key (vLLM 0.32's middleware guards only the paths under
+``/v1``, ``/v2``, ``/inference`` and ``/cohere``), so any pod that a NetworkPolicy lets in
+(Prometheus, for ``/metrics``) would get free inference; a NetworkPolicy filters ports, not
+paths. The chart binds vLLM to
 127.0.0.1 and puts this proxy on the pod's port (``python -m conductor_core.serve.model_proxy``,
 from the gateway's image).
 

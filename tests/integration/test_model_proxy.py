@@ -100,6 +100,8 @@ def raw_request(url: str, request_line: str) -> bytes:
         ("POST", "/score"),
         ("POST", "/v1/score"),
         ("POST", "/rerank"),
+        ("POST", "/classify"),
+        ("POST", "/inference/v1/generate"),
         ("POST", "/v1/embeddings"),
         ("POST", "/v1/audio/transcriptions"),
         ("POST", "/v1/chat/completions/"),
