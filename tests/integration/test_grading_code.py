@@ -76,6 +76,13 @@ def test_infinite_loop_times_out(humaneval: dict[str, Problem]) -> None:
     assert not v.correct and "timeout" in v.reason
 
 
+def test_timeout_is_the_drivers_an_ignored_alarm_changes_nothing(lcb: dict[str, Problem]) -> None:
+    deaf = "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n"
+    v = grade(lcb["abc300_a"], fenced(deaf), timeout_s=1)
+    assert not v.correct and v.reason == "case 0: timeout after 1s"
+    assert v.details["wall_s"] < 4  # not the sandbox's wall clock (3 cases x 1 s + 11.5 s)
+
+
 def test_syntax_error_and_no_code(humaneval: dict[str, Problem]) -> None:
     p = humaneval["HumanEval/0"]
     v = grade(p, fenced("def has_close_elements(:\n"))

@@ -436,8 +436,11 @@ def _ended_early(exc: ProgramGone) -> str:
     return f"the program ended before its result was reported ({exc})"
 
 
-def _load(program: _Program, spec: dict[str, Any], name: str | None) -> dict[str, Any] | None:
-    """Load the program in its process; a failed report, or None when it is ready."""
+def _load(
+    program: _Program, spec: dict[str, Any], name: str | None, missing: str = ""
+) -> dict[str, Any] | None:
+    """Load the program in its process; a failed report (``missing`` when it defines no
+    ``name``; a unittest run's report), or None when it is ready for requests."""
     request = {"op": "load", "kind": spec["kind"], "name": name, "timeout_s": spec["timeout_s"]}
     if spec["kind"] == "unittest":
         request["test_code"] = spec["test_code"]
@@ -453,7 +456,7 @@ def _load(program: _Program, spec: dict[str, Any], name: str | None) -> dict[str
     if error is not None:
         return {"passed": False, "reason": f"error while loading the program: {error}"}
     if reply.get("missing"):
-        return {"passed": False, "reason": f"the program defines no '{name}'"}
+        return {"passed": False, "reason": missing}
     if "unittest" in reply:
         return _unittest_report(reply["unittest"])
     return None
@@ -461,7 +464,9 @@ def _load(program: _Program, spec: dict[str, Any], name: str | None) -> dict[str
 
 def _unittest_report(raw: Any) -> dict[str, Any]:
     """The report of a unittest run, as the program process described it (trusted as is)."""
-    n_tests, n_failed = raw.get("n_tests"), raw.get("n_failed")
+    n_tests, n_failed = (
+        raw.get(k) if isinstance(raw, dict) else None for k in ("n_tests", "n_failed")
+    )
     if not isinstance(n_tests, int) or not isinstance(n_failed, int):
         return {"passed": False, "reason": "the program process sent a malformed test summary"}
     if n_tests == 0:
@@ -475,7 +480,8 @@ def _unittest_report(raw: Any) -> dict[str, Any]:
 def _check_functional(program: _Program, spec: dict[str, Any]) -> dict[str, Any]:
     """HumanEval: the test code runs here, its ``candidate`` calls into the program process."""
     deadline = time.monotonic() + spec["timeout_s"]
-    failed = _load(program, spec, spec["entry_point"])
+    name = spec["entry_point"]
+    failed = _load(program, spec, name, f"the program defines no '{name}'")
     if failed is not None:
         return failed
 
@@ -491,7 +497,7 @@ def _check_functional(program: _Program, spec: dict[str, Any]) -> dict[str, Any]
     ns: dict[str, Any] = {"__name__": "tests"}
     try:
         exec(spec.get("prelude") or "", ns)
-        ns[spec["entry_point"]] = candidate
+        ns[name] = candidate
         exec(compile(test_source, "tests.py", "exec"), ns)
         ns["check"](candidate)
     except CaseTimeout:
@@ -507,7 +513,7 @@ def _check_functional(program: _Program, spec: dict[str, Any]) -> dict[str, Any]
 
 def _check_unittest(program: _Program, spec: dict[str, Any]) -> dict[str, Any]:
     """BigCodeBench: load runs the tests in the program process (see the module doc)."""
-    report = _load(program, spec, spec.get("entry_point"))
+    report = _load(program, spec, None)
     return report if report is not None else {"passed": False, "reason": "no tests ran"}
 
 
@@ -557,10 +563,8 @@ def _check_stdio(program: _Program, spec: dict[str, Any]) -> dict[str, Any]:
 def _check_call(program: _Program, spec: dict[str, Any]) -> dict[str, Any]:
     """LiveCodeBench functional: ``Solution().<func_name>(*args)`` against the JSON output."""
     name = spec["func_name"]
-    failed = _load(program, spec, name)
+    failed = _load(program, spec, name, f"the program defines no Solution.{name} or {name}")
     if failed is not None:
-        if failed["reason"] == f"the program defines no '{name}'":
-            failed["reason"] = f"the program defines no Solution.{name} or {name}"
         return failed
 
     def request(text: str) -> dict[str, Any]:
