@@ -318,10 +318,12 @@ class SandboxSettings(BaseModel):
     isolation: Literal["namespaces", "limits-only"] = Field(
         default="namespaces",
         description="namespaces: graders refuse to run generated code unless the sandbox gets "
-        "its namespaces (CONDUCTOR_SANDBOX_FALLBACK=refuse). limits-only: accept resource "
-        "limits only where it does not (no network or filesystem isolation; "
-        "CONDUCTOR_SANDBOX_FALLBACK=limits-only): for trusted code, or a pod that is itself a "
-        "sandbox (gVisor).",
+        "bubblewrap's namespaces (CONDUCTOR_SANDBOX_FALLBACK=refuse). limits-only: accept "
+        "unshare (the pod's files readable) or resource limits only (the network too) where it "
+        "does not (CONDUCTOR_SANDBOX_FALLBACK=limits-only): for trusted code. Other processes' "
+        "environments (the pod's secret_env) stay unreadable: limits only needs a root grader "
+        "with a world-readable interpreter or Landlock (Linux 5.19+), else graders refuse. A "
+        "gVisor pod protects the node, not the pod's secrets (docs/sandbox.md, 'Secrets').",
     )
     runtime_class_name: str | None = Field(
         default=None,
