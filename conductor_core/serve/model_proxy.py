@@ -163,21 +163,25 @@ class ModelPathFilter:
                 sent.cancel()
                 with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                     await sent
-        if gone.done():
-            gone.result()
-            return
         try:
-            response = sent.result()
-        except httpx.HTTPError as exc:
-            gone.cancel()
-            logger.warning("model server unreachable: %s", type(exc).__name__)
-            await _answer(send, 502, "the model server is not reachable", "upstream_unreachable")
-            return
-        try:
-            await self._relay(response, send, gone)
+            if gone.done():  # nobody to answer; a response that came at the same time is closed
+                if not sent.cancelled() and sent.exception() is None:
+                    await sent.result().aclose()
+                return
+            try:
+                response = sent.result()
+            except httpx.HTTPError as exc:
+                logger.warning("model server unreachable: %s", type(exc).__name__)
+                await _answer(
+                    send, 502, "the model server is not reachable", "upstream_unreachable"
+                )
+                return
+            try:
+                await self._relay(response, send, gone)
+            finally:
+                await response.aclose()
         finally:
             gone.cancel()
-            await response.aclose()
 
     async def _relay(self, response: httpx.Response, send: Send, gone: asyncio.Future) -> None:
         """Stream ``response`` to the client as it arrives, until its end or the client's."""
