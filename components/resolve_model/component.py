@@ -1,4 +1,7 @@
-"""Resolve a registry alias to the model version it points at now (run uncached)."""
+"""Resolve a registry alias to the model version it points at now (run uncached), and where the
+evaluation runs."""
+
+from typing import NamedTuple
 
 from kfp import dsl
 
@@ -6,11 +9,18 @@ from components._settings import COMPONENT_OPTIONS
 
 
 @dsl.component(**COMPONENT_OPTIONS)
-def resolve_model(conductor: str, tracking_uri: str = "") -> str:
+def resolve_model(conductor: str, profile: str = "tiny", tracking_uri: str = "") -> NamedTuple(
+    "Outputs", [("conductor", str), ("placement", str)]
+):
     """Resolve the Conductor to evaluate: a registered model's alias (`models:/NAME@ALIAS`)
     becomes the version it points at now (`models:/NAME/VERSION`); any other model URI, URL or
     `scripted` passes as it is. The pipeline runs this task uncached and hands the version on,
-    so that the cached evaluation tasks after it never answer a moved alias from cache."""
-    from conductor_core.pipeline_tasks.eval_steps import resolve_conductor_step
+    so that the cached evaluation tasks after it never answer a moved alias from cache. Also
+    returns the placement of `profile`, the profile the model was trained with (`cpu` or
+    `gpu`: its training config's device), which the pipeline's branches follow."""
+    from collections import namedtuple
 
-    return resolve_conductor_step(conductor, tracking_uri=tracking_uri or None)
+    from conductor_core.pipeline_tasks.eval_steps import evaluation_target
+
+    outputs = namedtuple("Outputs", ["conductor", "placement"])
+    return outputs(*evaluation_target(conductor, profile, tracking_uri=tracking_uri or None))

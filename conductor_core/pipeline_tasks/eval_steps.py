@@ -221,6 +221,19 @@ def resolve_conductor_step(
     return resolved
 
 
+def evaluation_target(
+    conductor: str, profile: str, *, tracking_uri: str | None = None, log: Log = print_line
+) -> tuple[str, str]:
+    """What the evaluation pipeline evaluates and where: the Conductor made concrete
+    (:func:`resolve_conductor_step`) and the placement of the profile its model was trained
+    with (``cpu`` or ``gpu``: :func:`~conductor_core.pipeline_tasks.params.profile_placement`),
+    so that a GPU profile's model is evaluated on GPU pods, as the training pipeline does."""
+    from conductor_core.pipeline_tasks.params import profile_placement
+
+    placement = profile_placement(profile)  # an unknown profile stops before the registry
+    return resolve_conductor_step(conductor, tracking_uri=tracking_uri, log=log), placement
+
+
 def comparison_markdown(table: dict[str, Any]) -> str:
     """The comparison as a Markdown table."""
     lines = [

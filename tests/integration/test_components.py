@@ -161,9 +161,10 @@ def test_resolve_model_turns_an_alias_into_the_version_it_points_at(tmp_path, mo
     client = mlflow.MlflowClient(uri)
     client.set_registered_model_alias("it-resolve", "champion", first)
     alias = "models:/it-resolve@champion"
-    assert resolve_model.python_func(conductor=alias) == f"models:/it-resolve/{first}"
+    assert resolve_model.python_func(conductor=alias) == (f"models:/it-resolve/{first}", "cpu")
     client.set_registered_model_alias("it-resolve", "champion", second)
-    assert resolve_model.python_func(conductor=alias) == f"models:/it-resolve/{second}"
+    resolved = resolve_model.python_func(conductor=alias, profile="paper")
+    assert (resolved.conductor, resolved.placement) == (f"models:/it-resolve/{second}", "gpu")
     assert resolve_model_uri("models:/it-resolve/1", tracking_uri=uri) == "models:/it-resolve/1"
     import pytest
 

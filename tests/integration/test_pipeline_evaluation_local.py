@@ -15,7 +15,7 @@ def test_the_resolved_conductor_reaches_every_shard(tmp_path):
     run = run_local("evaluation", params, root=tmp_path / "runs", echo=lambda _: None)
     assert run.ok, f"{run.error}\n{run.log_path.read_text()[-3000:]}"
     resolved = json.loads(run.output("resolve-model", "executor_output.json").read_text())
-    assert resolved["parameterValues"]["Output"] == "scripted"
+    assert resolved["parameterValues"] == {"conductor": "scripted", "placement": "cpu"}
     methods = set()
     for records in sorted(run.run_dir.glob("for-loop-*/eval-shard/records")):
         for path in records.glob("records-*.jsonl"):

@@ -143,18 +143,24 @@ def test_the_evaluation_loop_has_a_readable_name(name):
 
 def _source_of(spec: dict, task_name: str, parameter: str) -> dict:
     """Where a task's input parameter comes from, followed up through the DAGs that hold it
-    (sub-pipelines, loops) to a pipeline parameter, a constant or another task's output."""
-    holders = {  # task name -> (the DAG's component name, the task)
+    (sub-pipelines, loops) to a pipeline parameter, a constant or another task's output. Task
+    names repeat across sub-pipelines (the CPU and GPU branches' loops), so each DAG's holder
+    is found by the component it instantiates."""
+    dags = [("root", spec["root"]), *spec["components"].items()]
+    holders = {  # task name -> (the DAG's component name, the task): the task named here
         name: (component, task)
-        for component, body in [("root", spec["root"]), *spec["components"].items()]
+        for component, body in dags
         for name, task in body.get("dag", {}).get("tasks", {}).items()
     }
-    parents = {task["componentRef"]["name"]: name for name, (_, task) in holders.items()}
+    parents = {  # component name -> (the DAG holding a task of it, that task)
+        task["componentRef"]["name"]: (component, task)
+        for component, body in dags
+        for task in body.get("dag", {}).get("tasks", {}).values()
+    }
     component, task = holders[task_name]
     source = task["inputs"]["parameters"][parameter]
     while "componentInputParameter" in source and component != "root":
-        parent = parents[component]
-        component, task = holders[parent]
+        component, task = parents[component]
         source = task["inputs"]["parameters"][source["componentInputParameter"]]
     return source
 
@@ -164,11 +170,44 @@ def test_the_evaluation_resolves_an_alias_uncached_before_its_cached_shards():
     tasks = _all_tasks(spec)
     assert tasks["resolve-model"]["cachingOptions"] == {}  # {} = enableCache false
     assert tasks["eval-shard"]["cachingOptions"] == {"enableCache": True}
-    assert _source_of(spec, "eval-shard", "conductor") == {
-        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "resolve-model"}
-    }
+    for shard in ("eval-shard", "eval-shard-gpu"):
+        assert _source_of(spec, shard, "conductor") == {
+            "taskOutputParameter": {
+                "outputParameterKey": "conductor",
+                "producerTask": "resolve-model",
+            }
+        }
     # the shards' loop takes the version as an input of its DAG, not as a task output (which
     # KFP's local runner would replace with the loop item)
-    loop = next(t for t in tasks.values() if "parameterIterator" in t)
-    outputs = [v for v in loop["inputs"]["parameters"].values() if "taskOutputParameter" in v]
-    assert [o["taskOutputParameter"]["producerTask"] for o in outputs] == ["plan-shards"]
+    loops = [
+        task
+        for body in [spec["root"], *spec["components"].values()]
+        for task in body.get("dag", {}).get("tasks", {}).values()
+        if "parameterIterator" in task
+    ]
+    assert len(loops) == 2  # the CPU and the GPU branch
+    for loop in loops:
+        outputs = [v for v in loop["inputs"]["parameters"].values() if "taskOutputParameter" in v]
+        assert [o["taskOutputParameter"]["producerTask"] for o in outputs] == ["plan-shards"]
+
+
+def test_a_gpu_profiles_model_is_evaluated_on_gpu_pods():
+    """The evaluation's profile switch, as the training pipeline's: the placement the resolving
+    task reads from the profile picks the branch; the GPU branch's shards ask for a GPU."""
+    spec = _docs("evaluation")[0]
+    tasks = _all_tasks(spec)
+    conditions = {
+        name: task["triggerPolicy"]["condition"]
+        for name, task in tasks.items()
+        if "triggerPolicy" in task
+    }
+    assert len(conditions) == 2
+    assert all("resolve-model" in c and "placement" in c for c in conditions.values())
+    assert tasks["resolve-model"]["inputs"]["parameters"]["profile"] == {
+        "componentInputParameter": "profile"
+    }
+    shard = spec["deploymentSpec"]["executors"]["exec-eval-shard-gpu"]["container"]
+    assert int(shard["resources"]["accelerator"]["resourceCount"]) >= 1
+    assert "conductor-train" in shard["image"]
+    cpu_shard = spec["deploymentSpec"]["executors"]["exec-eval-shard"]["container"]
+    assert "accelerator" not in cpu_shard.get("resources", {})
