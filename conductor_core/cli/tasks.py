@@ -46,7 +46,7 @@ def list_cmd() -> None:
     "extra",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Any other loader option (e.g. subject=anatomy, hf_id=org/name).",
+    help="Any other loader option (e.g. subject=anatomy, hf_id=org/name, hf_revision=COMMIT).",
 )
 def export_cmd(
     name: str,

@@ -94,6 +94,13 @@ class ModelSpec(_Strict):
         "SmolLM2-135M-Instruct (offline; converted on first use), or `tiny` for a random tiny "
         "Qwen2 built locally with the shape in `tiny`. Ignored when `init_from` is set.",
     )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The Hugging Face revision of a model id in `path`: a commit hash pins the "
+        "weights and tokenizer (a branch or tag moves); null = the repository's default branch "
+        "as it is now. Ignored for a local folder, `tiny` and `smollm2-135m-instruct`.",
+    )
     tiny: TinyModelSpec = Field(
         default_factory=TinyModelSpec,
         description="Shape of the random model built when `path` is `tiny`.",

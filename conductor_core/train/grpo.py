@@ -171,12 +171,16 @@ def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
 
 
 def load_model(path: str, config: StageConfig, device: str):
-    """Load a causal LM and its tokenizer (pad token set)."""
+    """Load a causal LM and its tokenizer (pad token set); a Hugging Face model id at
+    ``model.revision``."""
+    hub: dict[str, Any] = {}
     if Path(path).exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    else:  # a model id: the weights and tokenizer of one revision
+        hub["revision"] = config.model.revision
     torch = require("torch", "train", "GRPO training")
     transformers = require("transformers", "train", "GRPO training")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, **hub)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
@@ -185,7 +189,7 @@ def load_model(path: str, config: StageConfig, device: str):
             f"or one whose tokenizer defines chat_template"
         )
     dtype = getattr(torch, weight_dtype(config))
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **hub)
     model.to(device)
     return model, tokenizer
 

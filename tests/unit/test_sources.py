@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import sys
 import zlib
 from pathlib import Path
 
@@ -265,3 +266,40 @@ def test_row_that_does_not_fit_is_one_clear_error(tmp_path: Path) -> None:
     g.write_text(json.dumps(lcb_row) + "\n")
     with pytest.raises(BenchmarkSourceError, match="livecodebench"):
         load_benchmark("livecodebench", path=str(g))
+
+
+class _FakeDatasets:
+    """Stands in for the ``datasets`` package: records each load_dataset call, returns ``rows``."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def load_dataset(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        rows = self.rows
+
+        class _Split:
+            def to_list(self) -> list[dict]:
+                return rows
+
+        return _Split()
+
+
+def test_hub_datasets_are_read_at_the_given_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    # hf_revision pins what is read of the hub repository (a commit, not the moving main branch).
+    fake = _FakeDatasets([{"question": "1+1?", "answer": "so #### 2"}])
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    (problem,) = load_benchmark("gsm8k", hf_revision="0123abcd" * 5)
+    assert problem.reference == "2"
+    assert fake.calls == [(("openai/gsm8k", "main"), {"split": "test", "revision": "0123abcd" * 5})]
+
+
+def test_hub_raw_files_name_the_revision_in_their_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor_core.tasks.sources._io import HubRef, hub_override, read_hub
+
+    fake = _FakeDatasets([{"x": 1}])
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    default = HubRef("org/repo", None, "train", data_files=("a.jsonl",))
+    assert read_hub(hub_override(default, {"hf_revision": "abc"}), "b", None, "x") == [{"x": 1}]
+    assert fake.calls[0][1]["data_files"] == ["hf://datasets/org/repo@abc/a.jsonl"]

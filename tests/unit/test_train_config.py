@@ -274,3 +274,38 @@ def test_every_config_field_has_a_description():
 def test_removed_optimizer_field_is_rejected():
     with pytest.raises(ConfigError, match="optimizer: unknown field"):
         build_config({"optimizer": "sgd"})
+
+
+def test_a_hub_model_id_is_loaded_at_model_revision(tmp_path, monkeypatch) -> None:
+    # A model id's weights and tokenizer come from one revision (a commit pins them); a local
+    # folder is read as it is.
+    import sys
+    import types
+
+    from conductor_core.train.grpo import load_model
+
+    calls: list[tuple[str, dict]] = []
+
+    class _Loaded:
+        pad_token_id = 0
+        chat_template = "{{ messages }}"
+
+        def to(self, device: str) -> None:
+            pass
+
+    class _Auto:
+        @staticmethod
+        def from_pretrained(path: str, **kwargs) -> _Loaded:
+            calls.append((path, kwargs))
+            return _Loaded()
+
+    fake = types.SimpleNamespace(AutoTokenizer=_Auto, AutoModelForCausalLM=_Auto)
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    config = build_config({"model": {"path": "org/model", "revision": "c0ffee" * 6}})
+    load_model("org/model", config, "cpu")
+    assert [kw.get("revision") for _, kw in calls] == ["c0ffee" * 6] * 2
+    calls.clear()
+    load_model(str(tmp_path), config, "cpu")
+    assert all("revision" not in kw for _, kw in calls) and len(calls) == 2
+    with pytest.raises(ConfigError, match=r"model\.revision"):
+        build_config({"model": {"revision": ""}})

@@ -134,7 +134,7 @@ INFO: dict[str, BenchmarkInfo] = {
     ]
 }
 
-_COMMON_OPTIONS = {"hf_id", "hf_config"}
+_COMMON_OPTIONS = {"hf_id", "hf_config", "hf_revision"}
 
 
 def _lazy(name: str) -> Loader:

@@ -35,6 +35,8 @@ class HubRef:
     ``split=None`` loads every split (a ``DatasetDict``) and lets ``pick_split`` choose one;
     ``data_files`` loads raw files of the repository through the ``json`` builder instead of the
     repository's own configuration (used for LiveCodeBench, whose hub loader is a script).
+    ``revision`` (a commit hash pins it; a branch or tag moves) is what is read of the
+    repository; ``None`` reads its default branch as it is now.
     """
 
     repo: str
@@ -43,15 +45,25 @@ class HubRef:
     data_files: tuple[str, ...] = ()
     gated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    revision: str | None = None
 
 
 def hub_override(default: HubRef, options: dict[str, Any]) -> HubRef:
-    """``default`` with the ``hf_id`` / ``hf_config`` options (popped from ``options``) applied."""
+    """``default`` with the ``hf_id`` / ``hf_config`` / ``hf_revision`` options (popped from
+    ``options``) applied."""
     repo = options.pop("hf_id", None)
     config = options.pop("hf_config", default.config)
-    if repo is None and config == default.config:
+    revision = options.pop("hf_revision", None) or default.revision
+    if repo is None and config == default.config and revision == default.revision:
         return default
-    return HubRef(repo or default.repo, config, default.split, default.data_files, default.gated)
+    return HubRef(
+        repo or default.repo,
+        config,
+        default.split,
+        default.data_files,
+        default.gated,
+        revision=str(revision) if revision is not None else None,
+    )
 
 
 def stable_id(*parts: str, n: int = 12) -> str:
@@ -171,7 +183,11 @@ def read_hub(ref: HubRef, bench: str, split: str | None, hint: str) -> list[dict
     ``hint`` names the expected columns for the ``--path`` fallback.
     """
     how = f"download it elsewhere and pass --path FILE_OR_DIR (JSONL/JSON/Parquet with {hint})"
-    where = f"{ref.repo}" + (f" [{ref.config}]" if ref.config else "")
+    where = (
+        ref.repo
+        + (f"@{ref.revision}" if ref.revision else "")
+        + (f" [{ref.config}]" if ref.config else "")
+    )
     if not hub_reachable():
         raise BenchmarkSourceError(
             f"benchmark '{bench}': no local path given and the Hugging Face hub is unreachable "
@@ -187,13 +203,15 @@ def read_hub(ref: HubRef, bench: str, split: str | None, hint: str) -> list[dict
     want = split or ref.split
     try:
         if ref.data_files:
-            files = [f"hf://datasets/{ref.repo}/{name}" for name in ref.data_files]
+            # Raw files name their revision in the path (hf://datasets/REPO@REVISION/FILE).
+            at = f"@{ref.revision}" if ref.revision else ""
+            files = [f"hf://datasets/{ref.repo}{at}/{name}" for name in ref.data_files]
             ds = datasets.load_dataset("json", data_files=files, split="train")
         elif want is None:
-            dd = datasets.load_dataset(ref.repo, ref.config)
+            dd = datasets.load_dataset(ref.repo, ref.config, revision=ref.revision)
             ds = dd[pick_latest_split(list(dd.keys()))]
         else:
-            ds = datasets.load_dataset(ref.repo, ref.config, split=want)
+            ds = datasets.load_dataset(ref.repo, ref.config, split=want, revision=ref.revision)
         return ds.to_list()
     except Exception as exc:  # datasets raises many types; report one line
         gated = " (a gated dataset: accept its terms and set HF_TOKEN)" if ref.gated else ""
