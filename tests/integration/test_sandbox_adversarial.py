@@ -343,6 +343,26 @@ os._exit(0)
 """
 STEAL_EXPECTED = """\
 import gc, glob, json, os, sys
+def _harvest(tree, pairs, seen=None):
+    '''Collect the {"input", "output"} dicts and "<name>.in"/"<name>.out" entries of a tree.'''
+    seen = set() if seen is None else seen
+    if id(tree) in seen:
+        return
+    seen.add(id(tree))
+    if isinstance(tree, list):
+        for item in tree:
+            _harvest(item, pairs, seen)
+    if not isinstance(tree, dict):
+        return
+    if isinstance(tree.get("input"), str) and isinstance(tree.get("output"), str):
+        pairs[tree["input"]] = tree["output"]
+    for key, value in list(tree.items()):
+        if isinstance(key, str) and key.endswith(".in") and isinstance(value, str):
+            out = tree.get(key[:-3] + ".out")
+            if isinstance(out, str):
+                pairs[value] = out
+        if isinstance(value, (dict, list)):
+            _harvest(value, pairs, seen)
 def stolen():
     '''(input, expected output) pairs wherever this process can read them.'''
     pairs = {}
@@ -352,16 +372,23 @@ def stolen():
                 pairs[open(path).read()] = open(path[:-3] + ".out").read()
             except OSError:
                 pass
-    for obj in gc.get_objects():  # e.g. a request dict of files still referenced by a frame
-        if not isinstance(obj, dict):
-            continue
-        if isinstance(obj.get("input"), str) and isinstance(obj.get("output"), str):
-            pairs[obj["input"]] = obj["output"]
-        for key, value in list(obj.items()):
-            if isinstance(key, str) and key.endswith(".in") and isinstance(value, str):
-                out = obj.get(key[:-3] + ".out")
-                if isinstance(out, str):
-                    pairs[value] = out
+    texts, frame = [], sys._getframe()
+    while frame is not None:  # the driver's frames
+        texts += [v for v in frame.f_locals.values() if isinstance(v, str)]
+        _harvest(list(frame.f_locals.values()), pairs)
+        frame = frame.f_back
+    for obj in gc.get_objects():  # every container of the interpreter, e.g. a request dict
+        _harvest(obj, pairs)
+        if isinstance(obj, dict):
+            texts += [v for v in obj.values() if isinstance(v, str)]
+        elif isinstance(obj, (list, tuple)):
+            texts += [v for v in obj if isinstance(v, str)]
+    for text in texts:  # the tests as JSON text, not yet parsed
+        if '"output"' in text and "{" in text:
+            try:
+                _harvest(json.loads(text[text.index("{"):]), pairs)
+            except ValueError:
+                pass
     return pairs
 """
 STEAL_STDIO = STEAL_EXPECTED + "print(stolen().get(sys.stdin.read(), 'nothing found'))\n"
