@@ -15,7 +15,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +225,9 @@ class _Backend:
     rehearsal_id: str | None = None
     store_uri: str | None = None
     kept_artifacts: bool = True
+    own_store: bool = False
+    """Whether the MLflow store belongs to the runs under this root (the embedded
+    ``root/mlflow.db``), so that a RUNNING run in it is one of theirs."""
 
 
 @contextmanager
@@ -237,12 +240,14 @@ def _backend(name: str, root: Path, kfp_root: Path, containers: bool):
         from pipelines.registry import build
 
         pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
+        own_store = not os.environ.get("MLFLOW_TRACKING_URI")
         with _embedded_environment(root):
             yield _Backend(
                 pipeline=pipeline,
                 runner=kfp.local.SubprocessRunner(use_venv=False),
                 params={},
                 tracking_uri=local_tracking_uri(root),
+                own_store=own_store,
             )
         return
     from pipelines.containers import compiled_pipeline, rehearsal, writable_pipeline_root
@@ -319,7 +324,13 @@ def run_local(
     error = None
     leftovers: list[str] = []
     backend_ctx = _backend(name, root, kfp_root, containers)
-    with backend_ctx as backend, log_path.open("w", encoding="utf-8") as log:
+    with (
+        _run_lock(root) as alone,
+        backend_ctx as backend,
+        log_path.open("w", encoding="utf-8") as log,
+    ):
+        if alone and backend.own_store:
+            _close_killed_runs(backend.tracking_uri, say)
         # KFP's workspace folder goes under the run's root: by default it is a new temporary
         # folder, removed after a pipeline run but left behind by a run killed or stopped before
         # its pipeline starts. KFP creates only its default one.
@@ -383,6 +394,40 @@ def run_local(
         tracking_uri=backend.store_uri,
         kept_artifacts=backend.kept_artifacts,
     )
+
+
+@contextmanager
+def _run_lock(root: Path) -> Iterator[bool]:
+    """Hold ``root``'s run lock while a run goes on; yields whether no other run under ``root``
+    was live when this one started. Every run holds the lock shared; the kernel drops it when
+    the process ends, however it ends (SIGKILL included), so a run that gets it exclusively
+    first knows that any run its store shows RUNNING is dead."""
+    import fcntl
+
+    with (root / ".run.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone = True
+        except BlockingIOError:
+            alone = False
+        fcntl.flock(lock, fcntl.LOCK_SH)  # from exclusive: downgraded, never released between
+        yield alone
+
+
+def _close_killed_runs(tracking_uri: str, say: Callable[[str], None]) -> None:
+    """Close as KILLED the MLflow runs that runs killed under this root left RUNNING (no run
+    under it is live: :func:`_run_lock`), saying which."""
+    if (
+        tracking_uri.startswith("sqlite:///")
+        and not Path(tracking_uri.removeprefix("sqlite:///")).is_file()
+    ):
+        return  # no run ever logged here: reading would create an empty store
+    from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
+
+    for kfp_run_id, status in close_stale_pipeline_runs(
+        lambda _: "KILLED", tracking_uri=tracking_uri
+    ):
+        say(f"MLflow: the run {kfp_run_id} was left RUNNING by a killed run; closed it {status}")
 
 
 def local_tracking_uri(root: Path) -> str:

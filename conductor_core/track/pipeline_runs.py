@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -247,6 +247,40 @@ def close_pipeline_run(
         client.set_terminated(run.info.run_id, status=status)
     client.set_terminated(parent, status=status)
     return parent, len(running)
+
+
+@restores_tracking_uri
+def close_stale_pipeline_runs(
+    ended: Callable[[str], str | None],
+    *,
+    experiment: str = PIPELINE_EXPERIMENT,
+    tracking_uri: str | None = None,
+) -> list[tuple[str, str]]:
+    """Close the parent runs left RUNNING by pipeline runs that ended without their exit handler
+    (a killed local run, a run terminated on a cluster), with every run of theirs still RUNNING.
+
+    ``ended(kfp_run_id)`` says how each ended: the MLflow status to close it with (``FINISHED``,
+    ``FAILED`` or ``KILLED``), or None for a run that is still going or cannot be told, which
+    stays open. Returns ``(kfp run id, status)`` of every run closed."""
+    mlflow = configure(tracking_uri)
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    running = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"{tag_filter({TAG_ROLE: 'pipeline'})} and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
+    closed = []
+    for run in running:
+        kfp_run_id = run.data.tags.get(TAG_KFP_RUN_ID)
+        status = ended(kfp_run_id) if kfp_run_id else None
+        if status is not None and close_pipeline_run(
+            kfp_run_id, status, experiment=experiment, tracking_uri=tracking_uri
+        ):
+            closed.append((kfp_run_id, status))
+    return closed
 
 
 @restores_tracking_uri
