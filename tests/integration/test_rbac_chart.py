@@ -32,6 +32,11 @@ LAUNCHER_CALLS = [
     ("", "pods", "list"),  # the rank-0 pod, by label
     ("", "pods/log", "get"),
 ]
+# (apiGroup, resource, verb) of the parameter check's runtime lookup (cluster/runtime.py).
+RUNTIME_CALLS = [
+    ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),
+    ("trainer.kubeflow.org", "trainingruntimes", "get"),
+]
 RUNNER = {"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}
 
 
@@ -75,7 +80,7 @@ def test_rendered_manifests_validate_strictly(helm, tmp_path) -> None:
     variants = [
         (),
         ("--set", "kfp.mode=multi-user", "--set", "readPodLogs=false"),
-        ("--set", "readTrainingRuntimes=true", "--set", "trainingNamespace=training"),
+        ("--set", "readTrainingRuntimes=false", "--set", "trainingNamespace=training"),
         (
             "--set",
             "serviceAccount.create=true",
@@ -106,17 +111,24 @@ def test_role_grants_what_the_launcher_calls_and_binds_kfps_runner(helm, tmp_pat
     from conductor_core.cluster.settings import ClusterSettings
 
     docs = template(helm, tmp_path, namespace="kubeflow")
-    # KFP's account exists: bound, not created; nothing cluster-scoped by default
-    assert sorted(d["kind"] for d in docs) == ["Role", "Role", "RoleBinding", "RoleBinding"]
+    # KFP's account exists: bound, not created; cluster-scoped only the runtimes' read
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+    ]
     bound = roles_of(docs, RUNNER)
-    assert len(bound) == 2
-    for group, resource, verb in LAUNCHER_CALLS:
+    assert len(bound) == 3
+    for group, resource, verb in LAUNCHER_CALLS + RUNTIME_CALLS:
         assert any(grants(role, group, resource, verb) for role in bound), (group, resource, verb)
     for role in bound:
-        # least privilege: no wildcards, no secrets, all in the tasks' namespace
+        # least privilege: no wildcards, no secrets, namespaced Roles in the tasks' namespace
         assert all("*" not in rule["verbs"] + rule["resources"] for rule in role["rules"])
         assert not any("secrets" in rule["resources"] for rule in role["rules"])
-        assert role["metadata"]["namespace"] == "kubeflow"
+        assert role["metadata"].get("namespace", "kubeflow") == "kubeflow"
     # standalone KFP (the default) runs every task as pipeline-runner in its own namespace
     for binding in by_name(docs, "RoleBinding").values():
         assert binding["subjects"] == [RUNNER]
@@ -124,8 +136,9 @@ def test_role_grants_what_the_launcher_calls_and_binds_kfps_runner(helm, tmp_pat
 
 
 def test_roles_grant_no_more_than_the_launcher_calls(helm, tmp_path) -> None:
-    # Every (group, resource, verb) granted is one the launcher makes: no reading ConfigMaps
-    # (KFP keeps its configuration in its namespace's), no get/watch of pods.
+    # Every (group, resource, verb) granted is one the launcher or the parameter check makes: no
+    # reading ConfigMaps (KFP keeps its configuration in its namespace's), no get/watch of pods,
+    # no listing runtimes.
     docs = template(helm, tmp_path, namespace="kubeflow")
     granted = {
         (group, resource, verb)
@@ -135,7 +148,7 @@ def test_roles_grant_no_more_than_the_launcher_calls(helm, tmp_path) -> None:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert granted == set(LAUNCHER_CALLS)
+    assert granted == set(LAUNCHER_CALLS + RUNTIME_CALLS)
 
 
 def test_pod_logs_are_a_role_of_their_own_bound_to_service_accounts_only(helm, tmp_path) -> None:
@@ -165,17 +178,14 @@ def test_pod_logs_are_a_role_of_their_own_bound_to_service_accounts_only(helm, t
 
 
 def test_cluster_runtimes_are_read_through_a_cluster_role(helm, tmp_path) -> None:
-    default = template(helm, tmp_path, namespace="kubeflow")
-    assert not any("runtimes" in str(r["rules"]) for r in roles_of(default, RUNNER))
-
-    docs = template(helm, tmp_path, "--set", "readTrainingRuntimes=true", namespace="kubeflow")
+    docs = template(helm, tmp_path, namespace="kubeflow")
     bound = roles_of(docs, RUNNER)
     (cluster_role,) = [r for r in bound if r["kind"] == "ClusterRole"]
     assert cluster_role["rules"] == [
         {
             "apiGroups": ["trainer.kubeflow.org"],
             "resources": ["clustertrainingruntimes"],
-            "verbs": ["get", "list"],
+            "verbs": ["get"],
         }
     ]
     for role in (r for r in bound if r["kind"] == "Role"):  # a Role cannot grant it
@@ -184,20 +194,25 @@ def test_cluster_runtimes_are_read_through_a_cluster_role(helm, tmp_path) -> Non
     # one per release and namespace: cluster-scoped names must not collide
     assert cluster_role["metadata"]["name"] == "kubeflow-rel-trainjob-launcher-runtimes"
 
+    without = template(helm, tmp_path, "--set", "readTrainingRuntimes=false", namespace="kubeflow")
+    assert not [d for d in without if d["kind"].startswith("Cluster")]
+    assert not any("runtimes" in str(r["rules"]) for r in roles_of(without, RUNNER))
+
 
 def test_training_namespace_holds_the_roles_for_the_tasks_account(helm, tmp_path) -> None:
     docs = template(helm, tmp_path, "--set", "trainingNamespace=training", namespace="kubeflow")
     namespaced = [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
     assert len(namespaced) == 4
     assert {d["metadata"]["namespace"] for d in namespaced} == {"training"}
-    assert len(roles_of(docs, RUNNER)) == 2  # the account stays in KFP's namespace
+    assert len(roles_of(docs, RUNNER)) == 3  # the account stays in KFP's namespace
 
 
 def test_multi_user_binds_default_editor_in_the_profile_namespace(helm, tmp_path) -> None:
     docs = template(helm, tmp_path, "--set", "kfp.mode=multi-user", namespace="kubeflow-user-a")
     editor = {"kind": "ServiceAccount", "name": "default-editor", "namespace": "kubeflow-user-a"}
     assert all(b["subjects"] == [editor] for b in by_name(docs, "RoleBinding").values())
-    assert [r["metadata"]["namespace"] for r in roles_of(docs, editor)] == ["kubeflow-user-a"] * 2
+    namespaced = [r for r in roles_of(docs, editor) if r["kind"] == "Role"]
+    assert [r["metadata"]["namespace"] for r in namespaced] == ["kubeflow-user-a"] * 2
 
 
 def test_a_named_account_is_bound_and_created_only_when_asked(helm, tmp_path) -> None:
