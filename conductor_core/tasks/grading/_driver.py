@@ -229,6 +229,7 @@ class _ProgramSide:
 
     def __init__(self) -> None:
         self.code: Any = None
+        self.header = compile(IMPORT_HEADER, "header.py", "exec")
         self.target: Any = None
         self.timeout_s = 0.0
 
@@ -255,7 +256,7 @@ class _ProgramSide:
         ns: dict[str, Any] = {"__name__": "solution"}
         try:
             if kind == "call":
-                exec(IMPORT_HEADER, ns)
+                exec(self.header, ns)
             exec(self.code, ns)
         except BaseException as exc:
             return _failure(exc)
@@ -285,7 +286,7 @@ class _ProgramSide:
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
         ns: dict[str, Any] = {"__name__": "__main__"}
         try:
-            exec(IMPORT_HEADER, ns)
+            exec(self.header, ns)
             with contextlib.suppress(SystemExit):
                 exec(self.code, ns)
             _join_threads(self.timeout_s)
@@ -400,7 +401,8 @@ class _Program:
         except (ValueError, RecursionError):
             reply = None
         if not isinstance(reply, dict):
-            raise ProgramGone(f"it sent something other than a reply: {_short(line, 80)}")
+            text = line.decode("utf-8", "replace")
+            raise ProgramGone(f"it sent something other than a reply: {_short(text, 80)}")
         return reply
 
     def stop(self, grace_s: float = 0.0) -> str:
