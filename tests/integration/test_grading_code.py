@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,21 @@ def test_timeout_is_the_drivers_an_ignored_alarm_changes_nothing(lcb: dict[str, 
     v = grade(lcb["abc300_a"], fenced(deaf), timeout_s=1)
     assert not v.correct and v.reason == "case 0: timeout after 1s"
     assert v.details["wall_s"] < 4  # not the sandbox's wall clock (3 cases x 1 s + 11.5 s)
+
+
+def test_driver_makes_itself_undumpable() -> None:
+    """What keeps the program process (same uid) out of the driver's memory and descriptors
+    where no uid drop already did (a grader that is not root): PR_GET_DUMPABLE before, after."""
+    probe = (
+        "import ctypes\n"
+        "from conductor_core.tasks.grading._driver import _make_undumpable\n"
+        "get = lambda: ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)\n"
+        "before = get()\n"
+        "_make_undumpable()\n"
+        "print(before, get())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["1", "0"], out.stderr
 
 
 def test_syntax_error_and_no_code(humaneval: dict[str, Problem]) -> None:
