@@ -99,7 +99,18 @@ def compile_cmd(names, out_dir, settings_path, eval_parallelism) -> None:
     help="A pipeline parameter, e.g. --set base_steps=50 (repeatable).",
 )
 @click.option("--verbose", is_flag=True, help="Show every task's log (always in the log file).")
-def run_cmd(name, local, docker, root, sets, verbose) -> None:
+@click.option(
+    "--resume",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[RUN]",
+    help="Take up a killed --local run under --root (RUN: its id, from the first line it "
+    "printed; default: the newest): its finished tasks are reused with their outputs, the "
+    "interrupted stage resumes from its checkpoint, its MLflow runs go on. The run keeps its "
+    "parameters (a --set that differs is refused).",
+)
+def run_cmd(name, local, docker, root, sets, verbose, resume) -> None:
     """Run a pipeline end to end on this machine and print its summary (a cluster run is
     `submit`)."""
     from pipelines.local import run_local
@@ -110,7 +121,13 @@ def run_cmd(name, local, docker, root, sets, verbose) -> None:
     params = _parse_sets(sets)
     where = "in containers" if docker else "locally"
     click.echo(f"running pipeline {name} {where} under {Path(root).resolve()}", err=True)
-    result = run_local(name, params, root=root, verbose=verbose, containers=docker)
+    resumed = False if resume is None else (resume or True)
+    try:
+        result = run_local(
+            name, params, root=root, verbose=verbose, containers=docker, resume=resumed
+        )
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
     summary = render_summary(
         result, root=Path(root).resolve(), pool=str(params.get("pool", "bundled"))
     )

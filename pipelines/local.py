@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conductor_core.errors import ConductorError
+from conductor_core.errors import ConductorError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from conductor_core.track.pipeline_runs import PipelineRun
@@ -68,13 +68,19 @@ class LocalRun:
     kept_artifacts: bool = True
     """False when the run's S3 store ended with it (the rehearsal's loopback server): the
     weights are gone, the MLflow runs and metrics remain."""
+    resumed: bool = False
+    """Whether the run resumed a killed one (``--resume``): tasks ``REUSED`` did not run."""
+    earlier_dirs: list[Path] = field(default_factory=list)
+    """A resumed run's folders of the run it resumed, where its reused tasks' outputs are."""
 
     def output(self, task: str, name: str) -> Path | None:
-        """The output ``name`` of ``task`` (the first match under the run folder), if any."""
-        if self.run_dir is None:
-            return None
-        found = sorted(self.run_dir.glob(f"**/{task}*/{name}"))
-        return found[0] if found else None
+        """The output ``name`` of ``task`` (the first match under the run folder, then under
+        the folders of the run it resumed), if any."""
+        for folder in [self.run_dir, *reversed(self.earlier_dirs)]:
+            found = sorted(folder.glob(f"**/{task}*/{name}")) if folder else []
+            if found:
+                return found[0]
+        return None
 
 
 class _TaskWatcher(io.TextIOBase):
@@ -276,8 +282,14 @@ def run_local(
     echo: Callable[[str], None] | None = None,
     verbose: bool = False,
     containers: bool = False,
+    resume: str | bool = False,
 ) -> LocalRun:
     """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
+
+    With ``resume`` (True: the newest run of ``name`` under ``root``; a string: that run's id)
+    the run is a killed run taken up again (:mod:`pipelines.local_resume`): its tasks that
+    finished are reused, with their outputs, and its parameters are kept (a different one given
+    in ``params`` is a :class:`ConfigError` naming it). Local runs only, not ``containers``.
 
     By default every task is a subprocess of this Python. With ``containers`` the compiled
     pipeline runs instead, every task in a Docker container of the image it names, sharing only
@@ -289,8 +301,27 @@ def run_local(
     """
     import kfp.local
 
+    from pipelines.local_resume import (
+        cache_every_task,
+        cached_run_dirs,
+        find_record,
+        fixed_run_id,
+        new_record,
+        resumed_params,
+        reused_tasks,
+    )
+
     say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     root = Path(root).expanduser().resolve()
+    if resume and containers:
+        raise ConfigError("--resume takes up a --local run; a --docker run starts afresh")
+    if resume:
+        record = find_record(root, name, resume if isinstance(resume, str) else None)
+        params = resumed_params(record, params or {})
+        say(f"resuming {name} run {record.run_id} (started {record.started})")
+    else:
+        record = new_record(root, name, params or {})
+        say(f"{name} run {record.run_id} (if it is killed: the same command with --resume)")
     kfp_root = root / "kfp"
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -301,6 +332,10 @@ def run_local(
 
     def on_event(task: str, what: str) -> None:
         now = time.perf_counter()
+        if what == "REUSED":
+            tasks[task] = TaskTiming(task, "REUSED")
+            say(f"[{now - t0:6.0f}s] {task} reused (it finished in the run resumed)")
+            return
         if what == "STARTED":
             # Iterations of a ParallelFor share a task name: number the repeats.
             n = sum(1 for t in tasks if t == task or t.startswith(f"{task} #"))
@@ -320,7 +355,6 @@ def run_local(
         say(f"[{now - t0:6.0f}s] {key} {mark} ({timing.seconds:.0f} s)")
 
     before = set(kfp_root.glob("*")) if kfp_root.exists() else set()
-    started_ms = int(time.time() * 1000)
     error = None
     leftovers: list[str] = []
     backend_ctx = _backend(name, root, kfp_root, containers)
@@ -330,23 +364,35 @@ def run_local(
         log_path.open("w", encoding="utf-8") as log,
     ):
         if alone and backend.own_store:
-            _close_killed_runs(backend.tracking_uri, say)
+            _close_killed_runs(backend.tracking_uri, record.run_id, say)
         # KFP's workspace folder goes under the run's root: by default it is a new temporary
         # folder, removed after a pipeline run but left behind by a run killed or stopped before
         # its pipeline starts. KFP creates only its default one.
         workspace = root / "kfp-workspace"
         workspace.mkdir(parents=True, exist_ok=True)
+        # The task cache of this run alone: a fresh run reuses nothing, a resumed one what its
+        # run finished (pipelines/local_resume.py).
         kfp.local.init(
             runner=backend.runner,
             pipeline_root=str(kfp_root),
             workspace_root=str(workspace),
             raise_on_error=True,
+            enable_caching=True,
+            cache_root=str(record.cache_root(root)),
         )
+        if not containers:
+            cache_every_task(backend.pipeline)
         watcher = _TaskWatcher(log, on_event)
         stdout = sys.stdout
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]
         try:
-            with _kfp_process_state(), _oneof_artifacts(), warnings.catch_warnings():
+            with (
+                _kfp_process_state(),
+                _oneof_artifacts(),
+                fixed_run_id(record.run_id),
+                reused_tasks(lambda task: on_event(task, "REUSED")),
+                warnings.catch_warnings(),
+            ):
                 # Expected locally, once per task: resources and pod settings apply on a cluster
                 # only, and the components name their cluster image while running in this Python.
                 warnings.filterwarnings("ignore", message=".*no effect in the current local runner")
@@ -360,11 +406,10 @@ def run_local(
             from pipelines.containers import leftover_containers
 
             leftovers = leftover_containers(backend.rehearsal_id)
-        # A KFP pipeline carries its name; anything else callable (a test's) goes by ours.
-        pipeline_name = getattr(backend.pipeline, "name", name)
         tracking_uri = backend.tracking_uri
+        earlier = cached_run_dirs(record, root, kfp_root) if resume else []
         run_dir, found = _run_folder_and_mlflow_run(
-            kfp_root, before, pipeline_name, started_ms, tracking_uri
+            kfp_root, before, record.run_id, tracking_uri, earlier
         )
     if error is not None:
         error = _failure(error, log_path)
@@ -393,6 +438,8 @@ def run_local(
         mlflow_run_name=found.run_name if found else None,
         tracking_uri=backend.store_uri,
         kept_artifacts=backend.kept_artifacts,
+        resumed=bool(resume),
+        earlier_dirs=[d for d in earlier if d != run_dir],
     )
 
 
@@ -414,19 +461,19 @@ def _run_lock(root: Path) -> Iterator[bool]:
         yield alone
 
 
-def _close_killed_runs(tracking_uri: str, say: Callable[[str], None]) -> None:
+def _close_killed_runs(tracking_uri: str, resumed: str, say: Callable[[str], None]) -> None:
     """Close as KILLED the MLflow runs that runs killed under this root left RUNNING (no run
-    under it is live: :func:`_run_lock`), saying which."""
-    if (
-        tracking_uri.startswith("sqlite:///")
-        and not Path(tracking_uri.removeprefix("sqlite:///")).is_file()
+    under it is live: :func:`_run_lock`), but those of run ``resumed``, which go on; say which."""
+    if tracking_uri.startswith("sqlite:///") and not (
+        Path(tracking_uri.removeprefix("sqlite:///")).is_file()
     ):
         return  # no run ever logged here: reading would create an empty store
     from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
 
-    for kfp_run_id, status in close_stale_pipeline_runs(
-        lambda _: "KILLED", tracking_uri=tracking_uri
-    ):
+    def ended(kfp_run_id: str) -> str | None:
+        return None if kfp_run_id == resumed else "KILLED"
+
+    for kfp_run_id, status in close_stale_pipeline_runs(ended, tracking_uri=tracking_uri):
         say(f"MLflow: the run {kfp_run_id} was left RUNNING by a killed run; closed it {status}")
 
 
@@ -437,29 +484,32 @@ def local_tracking_uri(root: Path) -> str:
 
 
 def _run_folder_and_mlflow_run(
-    kfp_root: Path, before: set[Path], pipeline: str, since_ms: int, tracking_uri: str
+    kfp_root: Path,
+    before: set[Path],
+    kfp_run_id: str,
+    tracking_uri: str,
+    earlier: list[Path],
 ) -> "tuple[Path | None, PipelineRun | None]":
-    """The run's folder under KFP's pipeline root (the newest new one) and its parent MLflow
-    run, read while the run's tracking server (if any) is still up."""
+    """The run's folder under KFP's pipeline root (the newest new one; for a resumed run whose
+    every task was reused, the newest of the ``earlier`` run's) and its parent MLflow run, read
+    while the run's tracking server (if any) is still up."""
     new = sorted(set(kfp_root.glob("*")) - before, key=lambda p: p.stat().st_mtime)
-    run_dir = new[-1] if new else None
-    return run_dir, (_mlflow_run(pipeline, since_ms, tracking_uri, run_dir) if run_dir else None)
+    run_dir = new[-1] if new else (earlier[-1] if earlier else None)
+    return run_dir, (_mlflow_run(kfp_run_id, tracking_uri, run_dir) if run_dir else None)
 
 
-def _mlflow_run(
-    pipeline: str, since_ms: int, uri: str, run_dir: Path | None
-) -> "PipelineRun | None":
-    """The parent MLflow run the run's tasks opened (KFP's local runner draws the run id, so it
-    is looked up: the first run of ``pipeline`` since the start), tagged with the local run's
-    name (``run_dir``'s) so that `conductor eval compare --kfp-run-id NAME` finds it too. None
-    when there is none (a pipeline that does not log, a failure before it), and when the store
-    cannot be read: the summary then says less, the run is not failed for it."""
+def _mlflow_run(kfp_run_id: str, uri: str, run_dir: Path | None) -> "PipelineRun | None":
+    """The parent MLflow run the run's tasks opened, tagged with the local run's name
+    (``run_dir``'s; a resumed run's is its last folder) so that `conductor eval compare
+    --kfp-run-id NAME` finds it too. None when there is none (a pipeline that does not log, a
+    failure before it), and when the store cannot be read: the summary then says less, the run
+    is not failed for it."""
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         return None  # no task logged: reading would create an empty store
-    from conductor_core.track.pipeline_runs import first_pipeline_run_since, name_pipeline_run
+    from conductor_core.track.pipeline_runs import find_pipeline_run, name_pipeline_run
 
     try:
-        found = first_pipeline_run_since(pipeline, since_ms, tracking_uri=uri)
+        found = find_pipeline_run(kfp_run_id, tracking_uri=uri)
         if found is not None and run_dir is not None:
             name_pipeline_run(found.run_id, run_dir.name, tracking_uri=uri)
     except Exception as exc:  # a tracking server that went away: the run itself is done

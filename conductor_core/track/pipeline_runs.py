@@ -320,7 +320,7 @@ def _log_params_once(run_id: str, params: Mapping[str, Any] | Any) -> dict[str, 
 
 @dataclass(frozen=True)
 class PipelineRun:
-    """A pipeline's parent run, as :func:`first_pipeline_run_since` finds it."""
+    """A pipeline's parent run, as :func:`find_pipeline_run` finds it."""
 
     run_id: str
     run_name: str
@@ -328,33 +328,28 @@ class PipelineRun:
 
 
 @restores_tracking_uri
-def first_pipeline_run_since(
-    pipeline: str,
-    since_ms: int,
+def find_pipeline_run(
+    kfp_run_id: str,
     *,
     experiment: str = PIPELINE_EXPERIMENT,
     tracking_uri: str | None = None,
 ) -> PipelineRun | None:
-    """The first parent run of ``pipeline`` started at or after ``since_ms`` (milliseconds since
-    the epoch) in ``experiment``, else None: how a local run, which cannot choose its KFP run id,
-    learns the one its tasks used."""
+    """The parent run of KFP run ``kfp_run_id`` in ``experiment``, else None (no task of the
+    run opened one)."""
+    _quoted(kfp_run_id, "kfp_run_id")
     mlflow = configure(tracking_uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    found = [
-        r
-        for r in _find(
-            mlflow.MlflowClient(),
-            [exp.experiment_id],
-            {TAG_ROLE: "pipeline", TAG_PIPELINE: pipeline},
-        )
-        if (r.info.start_time or 0) >= since_ms and TAG_KFP_RUN_ID in r.data.tags
-    ]
+    found = _find(
+        mlflow.MlflowClient(),
+        [exp.experiment_id],
+        {TAG_ROLE: "pipeline", TAG_KFP_RUN_ID: kfp_run_id},
+    )
     if not found:
         return None
     run = found[0]
-    return PipelineRun(run.info.run_id, run.info.run_name or "", run.data.tags[TAG_KFP_RUN_ID])
+    return PipelineRun(run.info.run_id, run.info.run_name or "", kfp_run_id)
 
 
 @restores_tracking_uri
@@ -486,7 +481,7 @@ __all__ = [
     "PipelineRun",
     "close_pipeline_run",
     "find_nested_run",
-    "first_pipeline_run_since",
+    "find_pipeline_run",
     "git_commit",
     "kfp_run_ids",
     "name_pipeline_run",

@@ -74,3 +74,16 @@ def test_the_next_local_run_closes_what_a_killed_run_left_running(tmp_path, monk
     assert run.ok, run.error
     assert _status(uri, parent) == _status(uri, stage) == "KILLED"
     assert "MLflow: the run kfp-killed was left RUNNING by a killed run; closed it KILLED" in lines
+
+
+def test_a_resumed_runs_own_runs_stay_open(tmp_path):
+    from pipelines.local import _close_killed_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    resumed, resumed_stage = _killed_run(uri, "kfp-resumed")
+    other, _ = _killed_run(uri, "kfp-other")
+    lines: list[str] = []
+    _close_killed_runs(uri, "kfp-resumed", lines.append)
+    assert _status(uri, other) == "KILLED"
+    assert _status(uri, resumed) == _status(uri, resumed_stage) == "RUNNING"
+    assert lines == ["MLflow: the run kfp-other was left RUNNING by a killed run; closed it KILLED"]

@@ -1,0 +1,91 @@
+"""The records a local run leaves for ``--resume``, the parameter check of a resumed run, and the
+task cache that lets it reuse finished tasks (the whole path, killed and resumed:
+tests/integration/test_pipeline_resume.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conductor_core.errors import ConfigError
+from pipelines.local_resume import (
+    cache_every_task,
+    cached_run_dirs,
+    find_record,
+    new_record,
+    resumed_params,
+)
+
+
+def test_the_newest_run_of_the_pipeline_is_resumed_unless_one_is_named(tmp_path):
+    older = new_record(tmp_path, "training", {"profile": "tiny"})
+    newer = new_record(tmp_path, "training", {"profile": "small"})
+    new_record(tmp_path, "curation", {})
+    record = json.loads((tmp_path / "local-runs" / f"{newer.run_id}.json").read_text())
+    assert record["params"] == {"profile": "small"}
+    assert older.started < newer.started
+    assert find_record(tmp_path, "training") == newer
+    assert find_record(tmp_path, "training", older.run_id).run_id == older.run_id
+    with pytest.raises(ConfigError, match="--resume nope: no local run of training by that id"):
+        find_record(tmp_path, "training", "nope")
+    with pytest.raises(ConfigError, match="--resume: no local run of evaluation under"):
+        find_record(tmp_path, "evaluation")
+
+
+def test_a_resumed_run_keeps_its_parameters(tmp_path):
+    record = new_record(tmp_path, "training", {"profile": "tiny", "base_steps": 3})
+    assert resumed_params(record, {}) == {"profile": "tiny", "base_steps": 3}
+    assert resumed_params(record, {"base_steps": 3}) == {"profile": "tiny", "base_steps": 3}
+    with pytest.raises(ConfigError) as err:
+        resumed_params(record, {"base_steps": 5, "seed": 1})
+    assert str(err.value) == (
+        f"--resume {record.run_id}: a resumed run keeps its parameters; changed: "
+        "base_steps=5 (the run had 3), seed=1 (the run had '<its default>')"
+    )
+
+
+def test_every_task_but_the_exit_handler_may_be_reused():
+    """Training and registration are uncached on a cluster (side effects); a resumed local run
+    must reuse them once finished, and must run the exit handler that closes the run."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    from pipelines.local import local_settings
+    from pipelines.registry import build
+
+    pipeline = build("training", settings=local_settings())
+    exit_strategy = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.ALL_UPSTREAM_TASKS_COMPLETED
+
+    def caching() -> dict[str, bool]:
+        spec = pipeline.pipeline_spec
+        return {
+            name: task.caching_options.enable_cache
+            for component in [spec.root, *spec.components.values()]
+            for name, task in component.dag.tasks.items()
+        }
+
+    assert not caching()["train"]  # as built: uncached
+    cache_every_task(pipeline)
+    after = caching()
+    exits = [
+        name
+        for component in [pipeline.pipeline_spec.root]
+        for name, task in component.dag.tasks.items()
+        if task.trigger_policy.strategy == exit_strategy
+    ]
+    assert exits == ["close-run"]
+    assert after == {name: name != "close-run" for name in after}
+
+
+def test_the_reused_outputs_are_found_in_the_folders_the_cache_names(tmp_path):
+    record = new_record(tmp_path, "curation", {})
+    kfp_root = tmp_path / "kfp"
+    dataset = kfp_root / "conductor-curation-1" / "curate" / "dataset"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text("rows")
+    cache = record.cache_root(tmp_path)
+    cache.mkdir(parents=True)
+    artifact = {"__kfp_artifact__": True, "uri": str(dataset), "name": "dataset"}
+    (cache / "a.json").write_text(json.dumps({"Output": "{}", "dataset": artifact}))
+    (cache / "b.json").write_text('{"half written')  # killed while writing: not a finished task
+    assert cached_run_dirs(record, tmp_path, kfp_root) == [kfp_root / "conductor-curation-1"]
