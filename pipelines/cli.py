@@ -66,6 +66,48 @@ def compile_cmd(names, out_dir, settings_path, eval_parallelism) -> None:
         click.echo(f"compiled {name}: {path}")
 
 
+@command.command("sandbox-policy")
+@click.option(
+    "--settings",
+    "settings_path",
+    default=None,
+    help="Cluster settings YAML the pipelines were compiled with; default: "
+    "$CONDUCTOR_CLUSTER_SETTINGS, else the bundled ones.",
+)
+@click.option(
+    "--pod-kind",
+    type=click.Choice(["gpu", "cpu", "cpu_train", "gpu_eval"]),
+    default="gpu",
+    show_default=True,
+    help="Whose sandbox settings the policy applies (the pods that grade generated code).",
+)
+@click.option("--namespace", default=None, help="The pipeline's namespace [the settings'].")
+@click.option(
+    "--service-account",
+    default=None,
+    help="Only pods run by this account [the settings' service_account].",
+)
+def sandbox_policy_cmd(settings_path, pod_kind, namespace, service_account) -> None:
+    """Print the Kyverno ClusterPolicy that gives the graders' pods the fields the code
+    sandbox needs (docs/sandbox.md), for `kubectl apply -f -`."""
+    import yaml
+
+    from conductor_core.cluster.sandbox_policy import admission_policy
+    from conductor_core.cluster.settings import load_cluster_settings
+
+    settings = load_cluster_settings(settings_path)
+    ns = namespace or settings.namespace
+    if not ns:
+        raise click.UsageError("give --namespace (the settings name none)")
+    sandbox = getattr(settings, pod_kind).sandbox
+    account = service_account or settings.service_account
+    try:
+        policy = admission_policy(sandbox, ns, service_account=account)
+    except ConfigError as exc:
+        raise click.ClickException(f"{exc} (pod kind {pod_kind})") from exc
+    click.echo(yaml.safe_dump(policy, sort_keys=False), nl=False)
+
+
 @command.command("run")
 @click.argument("name", type=click.Choice(NAMES))
 @click.option(
