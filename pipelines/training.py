@@ -162,6 +162,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 s3_secret=cluster.s3_secret() or "",
                 trainjob_runtime=runtime_reference(cluster),
                 namespace=cluster.namespace or "",
+                eval_benchmark=eval_benchmark,
             ).set_display_name("check parameters")
             data = curate(curation_config=curation_config, **tracked).after(checked)
             validated = validate(dataset=data.outputs["dataset"], **tracked).set_display_name(
@@ -172,6 +173,9 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             ).set_display_name("data gate")
             for cpu_task in (checked, data, validated, gate):
                 apply_pod_settings(cpu_task, cluster.cpu)
+            # the check tries the code sandbox as the GPU graders get it (their isolation and,
+            # through the admission policy keyed on this label, their pod fields)
+            apply_sandbox(checked, cluster.gpu)
             placement = checked.outputs["placement"]
 
             train_args = {

@@ -28,6 +28,7 @@ def check_params(
     s3_secret: str = "",
     trainjob_runtime: str = "",
     namespace: str = "",
+    eval_benchmark: str = "",
 ) -> NamedTuple("Outputs", [("checked", str), ("placement", str)]):
     """Check the run's parameters (profile, launcher, metric, baselines, pool, curation config,
     shard counts, step and warm-up step counts, the training seed, and an artifact root the
@@ -35,7 +36,10 @@ def check_params(
     `shared_paths`) and stop the run with one line naming every bad one.
     With `launcher=trainjob` it looks the Kubeflow Trainer runtime up in the cluster
     (`trainjob_runtime`, `Kind/name`; a TrainingRuntime in `namespace`, else the pod's own) and
-    stops the run when it does not exist, before any GPU node is asked for.
+    stops the run when it does not exist, before any GPU node is asked for. A run that grades
+    generated code (a code benchmark among the curation config's sources, or `eval_benchmark`)
+    runs the code sandbox's isolation check in this pod, which carries the GPU graders' sandbox
+    settings, and stops when the sandbox would refuse the code.
     `default_artifact_root`, `shared_paths`, `s3_secret`, `trainjob_runtime` and `namespace`
     come from the cluster settings the pipeline was compiled with. Returns the checked values as
     `key=value, ...` and the profile's placement (`cpu` or `gpu`: its training config's
@@ -66,6 +70,7 @@ def check_params(
         s3_secret=s3_secret,
         trainjob_runtime=trainjob_runtime,
         namespace=namespace,
+        eval_benchmark=eval_benchmark,
     )
     outputs = namedtuple("Outputs", ["checked", "placement"])
     return outputs(", ".join(f"{k}={v}" for k, v in checked.items()), checked["placement"])

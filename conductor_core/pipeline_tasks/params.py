@@ -60,6 +60,7 @@ def check_training_params(
     s3_secret: str = "",
     trainjob_runtime: str = "",
     namespace: str = "",
+    eval_benchmark: str = "",
     log: Callable[[str], None] = print,
 ) -> dict[str, str]:
     """Check the training pipeline's parameters; raise one :class:`ConfigError` listing every
@@ -73,7 +74,11 @@ def check_training_params(
     (``Kind/name`` from the same settings) the Kubeflow Trainer runtime is looked up in the
     cluster (:func:`~conductor_core.cluster.runtime.check_runtime`; a TrainingRuntime in
     ``namespace``, else the pod's own): a missing one stops the run before any GPU node is
-    asked for; one the service account may not read is ``log``-ged as a warning."""
+    asked for; one the service account may not read is ``log``-ged as a warning. A run that
+    grades generated code (:func:`grades_code`, with ``eval_benchmark``) runs the code sandbox's
+    isolation check here, in this pod, which carries the graders' sandbox settings: a sandbox
+    that would refuse the code (no namespaces under KFP's seccomp profile and dropped
+    capabilities, and no admission policy) stops the run now, not hours in."""
     problems = [
         *_one_of("profile", profile, PROFILES),
         *_one_of("launcher", launcher, LAUNCHERS),
@@ -117,9 +122,42 @@ def check_training_params(
         checked["artifact_root"] = root
     if launcher == "trainjob" and trainjob_runtime and not problems:
         problems += _runtime_problems(trainjob_runtime, namespace, log)
+    if not problems and grades_code(curation_config, eval_benchmark):
+        problems += _sandbox_problems()
     if problems:
         raise ConfigError("pipeline parameters: " + "; ".join(problems))
     return checked
+
+
+def grades_code(curation_config: str, eval_benchmark: str) -> bool:
+    """Whether a run grades generated code: a code benchmark among the sources of its curation
+    config, or as its evaluation set. (A problem file's domains are not read here.)"""
+    from conductor_core.data.config import load_config
+    from conductor_core.tasks.sources import INFO
+
+    def is_code(name: str | None) -> bool:
+        return name in INFO and INFO[name].domain == "code"
+
+    if is_code(eval_benchmark):
+        return True
+    try:
+        sources = load_config(curation_config).sources
+    except ConfigError:  # named by the curation check
+        return False
+    return any(is_code(source.benchmark) for source in sources)
+
+
+def _sandbox_problems() -> list[str]:
+    """The code sandbox's isolation check in this pod: why it would refuse generated code."""
+    from conductor_core.tasks.sandbox import isolation_report
+
+    try:
+        report = isolation_report()
+    except ConfigError as exc:
+        return [f"this run grades generated code, and {exc}"]
+    if report.get("mode") == "refused":
+        return [f"this run grades generated code, and {report.get('refusal')}"]
+    return []
 
 
 def _runtime_problems(reference: str, namespace: str, log: Callable[[str], None]) -> list[str]:
