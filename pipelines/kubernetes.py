@@ -124,7 +124,8 @@ def apply_sandbox(task: Any, pod: Any) -> Any:
     (:class:`~conductor_core.cluster.settings.SandboxSettings`):
 
     * ``CONDUCTOR_SANDBOX_FALLBACK`` (``refuse`` or ``limits-only``): whether graders may run
-      generated code under resource limits only when the pod gives no namespaces;
+      generated code in a weaker mode (``unshare`` without bubblewrap, or resource limits with
+      a uid or Landlock domain of its own) when the pod cannot give bubblewrap its namespaces;
     * the pod label ``conductor.dev/sandbox: <isolation>`` and, when the settings ask for pod
       fields, the annotation :data:`SANDBOX_SPEC_ANNOTATION` with them as JSON, for the
       cluster's admission policy that sets them (KFP itself sets seccomp ``RuntimeDefault``)."""

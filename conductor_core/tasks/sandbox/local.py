@@ -269,7 +269,7 @@ class LocalSandbox:
         failures = "; ".join(f"{m}: {why}" for m, why in self._probe_failures.items())
         return (
             "sandbox: refusing to run generated code without bubblewrap (unshare would leave "
-            "this machine's files readable, such as other runs' expected outputs and the model "
+            "this machine's files readable, such as other runs' solutions and the model "
             "folder, and rlimits the network as well); "
             + (f"the bubblewrap modes failed here ({failures}). " if failures else "")
             + "Let the sandbox create namespaces (install bubblewrap; in a container or pod "
