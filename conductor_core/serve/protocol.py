@@ -42,6 +42,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 MAX_SAMPLE_INDEX = 2**62
@@ -265,13 +266,36 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 """The roles of OpenAI's chat messages (another role is a 400 naming the message)."""
 
 
+def _assistant_content_may_be_null(schema: dict[str, Any]) -> None:
+    """The published schema of a message: content null only in an assistant turn."""
+    content = schema["properties"]["content"]
+    content["anyOf"] = [*content.get("anyOf", []), _NULL_SCHEMA]
+    schema["if"] = {"properties": {"content": _NULL_SCHEMA}, "required": ["content"]}
+    schema["then"] = {"properties": {"role": {"const": "assistant"}}}
+
+
+_NULL_SCHEMA = {"type": "null"}
+
+
 class ChatMessage(OpenAIBaseModel):
     """One chat message; list-of-parts content is flattened to its text."""
 
     role: Role = Field(description="system, developer, user, assistant, tool or function.")
     content: Annotated[str, WithJsonSchema(_CONTENT_SCHEMA, mode="validation")] = Field(
-        description="The text (the text parts of a content-part list, joined with a newline)."
+        description="The text (the text parts of a content-part list, joined with a newline); "
+        "an assistant turn may send null (read as empty), as OpenAI's API allows."
     )
+
+    model_config = ConfigDict(json_schema_extra=_assistant_content_may_be_null)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _assistant_null(cls, value: Any) -> Any:
+        # OpenAI's API lets an assistant turn carry content null; clients replaying a history
+        # send it so. Any other role still needs its text.
+        if isinstance(value, dict) and value.get("role") == "assistant" and "content" in value:
+            return {**value, "content": ""} if value["content"] is None else value
+        return value
 
     @field_validator("content", mode="before")
     @classmethod
@@ -363,9 +387,11 @@ class ChatCompletionRequest(OpenAIBaseModel):
 
     model: str | None = Field(default=None, description="The served model id.")
     messages: list[ChatMessage] = Field(min_length=1, description="The conversation.")
-    stream: bool = Field(default=False, description="Answer as server-sent events.")
+    stream: bool | None = Field(
+        default=False, description="Answer as server-sent events (null: false)."
+    )
     stream_options: StreamOptions | None = None
-    n: int = Field(default=1, ge=1, le=128, description="Number of choices.")
+    n: int | None = Field(default=1, ge=1, le=128, description="Number of choices (null: 1).")
     seed: int | None = Field(default=None, ge=0, le=MAX_SAMPLE_INDEX)
     sample_index: int | None = Field(
         default=None,
@@ -451,14 +477,24 @@ def _none_or(*values: Any) -> Callable[[Any], bool]:
     return lambda value: value is None or any(value == v and type(value) is type(v) for v in values)
 
 
+def _none_or_empty(value: Any) -> bool:
+    """None or an empty list: what clients send for "no tools" by default (LangChain, lm-eval)."""
+    return value is None or value == []
+
+
+_EMPTY_OR_NULL = {"anyOf": [{"type": "array", "maxItems": 0}, _NULL]}
+
+
 UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
     UnsupportedParameter(
         "n",
-        lambda v: v == 1,
-        {"type": "integer", "minimum": 1, "maximum": 1},
+        lambda v: v is None or v == 1,
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 1}, _NULL]},
         "one answer per request",
     ),
-    UnsupportedParameter("tools", _none_or(), _NULL, "the workflow calls no tools of the client"),
+    UnsupportedParameter(
+        "tools", _none_or_empty, _EMPTY_OR_NULL, "the workflow calls no tools of the client"
+    ),
     UnsupportedParameter(
         "tool_choice",
         _none_or("none", "auto"),
@@ -466,7 +502,10 @@ UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
         "the workflow calls no tools of the client",
     ),
     UnsupportedParameter(
-        "functions", _none_or(), _NULL, "the workflow calls no functions of the client"
+        "functions",
+        _none_or_empty,
+        _EMPTY_OR_NULL,
+        "the workflow calls no functions of the client",
     ),
     UnsupportedParameter(
         "function_call",

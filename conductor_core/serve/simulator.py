@@ -207,7 +207,7 @@ def create_app(
                 param="model",
                 code="model_not_found",
             )
-        if body.stream and body.n != 1:
+        if body.stream and (body.n or 1) != 1:
             return error(
                 400,
                 "n: the simulator streams one choice only; omit 'n' or set it to 1",
@@ -245,7 +245,7 @@ def create_app(
             return Response(content=MALFORMED_BODY, media_type="application/json")
 
         completions = await asyncio.gather(
-            *(provider.answer(messages, sample_index=sample + i) for i in range(body.n))
+            *(provider.answer(messages, sample_index=sample + i) for i in range(body.n or 1))
         )
         choices = []
         completion_tokens = 0

@@ -384,7 +384,6 @@ def test_non_finite_numbers_are_refused_in_any_field():
     ("fields", "param"),
     [
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"tools": []}, "tools"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"function_call": {"name": "f"}}, "function_call"),
@@ -542,7 +541,20 @@ def test_completion_ids_are_unique_per_request(pool):
         ({"max_tokens": 5}, True),
         ({"stop": "x"}, False),
         ({"stop": None}, True),
-        ({"tools": []}, False),
+        ({"tools": []}, True),  # what LangChain and lm-eval send for "no tools"
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, False),
+        ({"n": None, "stream": None, "functions": []}, True),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {"role": "assistant", "content": None},
+                    {"role": "user", "content": "and?"},
+                ]
+            },
+            True,
+        ),
+        ({"messages": [{"role": "user", "content": None}]}, False),
         ({"response_format": {"type": "text"}}, True),
         ({"response_format": {"type": "json_object"}}, False),
         ({"conductor": {"max_steps": 4}}, False),  # above the server's max_steps (3)
