@@ -46,6 +46,16 @@ from pydantic import (
 )
 
 MAX_SAMPLE_INDEX = 2**62
+MAX_STOP_SEQUENCES = 4
+"""OpenAI's limit on ``stop``."""
+_STOP_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        {"type": "null"},
+    ],
+    "description": "Up to 4 non-empty stop sequences.",
+}
 MAX_TOKENS_LIMIT = 2**31
 
 SHOULD_RETRY_HEADER = "x-should-retry"
@@ -425,7 +435,13 @@ class ChatCompletionRequest(OpenAIBaseModel):
     )
     logprobs: bool | None = Field(default=None, description="Only false.")
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Not supported.")
-    stop: str | list[str] | None = Field(default=None, description="Not supported.")
+    stop: Annotated[str | list[str] | None, WithJsonSchema(_STOP_SCHEMA, mode="validation")] = (
+        Field(
+            default=None,
+            description="Up to 4 stop sequences: the answer ends before the first it holds "
+            "(applied to the workflow's answer, streamed or not; the workers are not asked).",
+        )
+    )
     audio: dict[str, Any] | None = Field(default=None, description="Not supported.")
     modalities: list[Literal["text", "audio"]] | None = Field(
         default=None, description="Only 'text'."
@@ -445,6 +461,19 @@ class ChatCompletionRequest(OpenAIBaseModel):
     def sample_given(self) -> bool:
         """True when the request names a sample (``sample_index`` or ``seed``)."""
         return self.sample_index is not None or self.seed is not None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else value or []
+        if len(stops) > MAX_STOP_SEQUENCES or any(not stop for stop in stops):
+            raise ValueError(f"give at most {MAX_STOP_SEQUENCES} non-empty stop sequences")
+        return value
+
+    @property
+    def stop_sequences(self) -> tuple[str, ...]:
+        """The request's stop sequences (none: an empty tuple)."""
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
     @property
     def token_limit(self) -> int | None:
@@ -536,7 +565,6 @@ UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
         _NULL,
         "the answer is written by several models; it has no log probabilities",
     ),
-    UnsupportedParameter("stop", _none_or(), _NULL, "stop sequences are not applied"),
     UnsupportedParameter("audio", _none_or(), _NULL, "the answer is text"),
     UnsupportedParameter(
         "modalities",

@@ -90,8 +90,8 @@ def compose_question(messages: list[ChatMessage]) -> str:
 @dataclass(frozen=True)
 class SolveJob:
     """A validated request, ready to solve (``max_answer_tokens``: the request's ``max_tokens``
-    or ``max_completion_tokens``, None when it sets neither; ``caller``: whose spend quota the
-    workflow's cost is charged to, None: nobody's)."""
+    or ``max_completion_tokens``, None when it sets neither; ``stop``: its stop sequences;
+    ``caller``: whose spend quota the workflow's cost is charged to, None: nobody's)."""
 
     request_id: str
     model: str
@@ -101,10 +101,25 @@ class SolveJob:
     return_trace: bool
     include_usage: bool
     max_answer_tokens: int | None = None
+    stop: tuple[str, ...] = ()
     caller: str | None = None
 
 
 _TOKEN = re.compile(r"\S+")
+
+
+def before_stop(text: str, stops: tuple[str, ...]) -> str:
+    """``text`` up to the first of the ``stops`` it holds (the stop sequence itself left out, as
+    OpenAI's API leaves it out); all of it when it holds none."""
+    ends = [i for stop in stops if (i := text.find(stop)) >= 0]
+    return text[: min(ends)] if ends else text
+
+
+def final_answer(text: str, limit: int | None, stops: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """The answer the client gets: cut before its first stop sequence, then after its
+    ``limit``-th word (:func:`cut_to_tokens`); and whether the word limit cut it (a stop
+    sequence ends it as a finished answer: ``finish_reason`` ``stop``)."""
+    return cut_to_tokens(before_stop(text, stops), limit)
 
 
 def cut_to_tokens(text: str, limit: int | None) -> tuple[str, bool]:
@@ -126,28 +141,38 @@ def cut_to_tokens(text: str, limit: int | None) -> tuple[str, bool]:
     return text, False
 
 
+def _stop_start(text: str, stops: tuple[str, ...]) -> int:
+    """How many characters at the end of ``text`` could begin one of the ``stops``."""
+    return max(
+        (k for stop in stops for k in range(1, len(stop)) if text.endswith(stop[:k])), default=0
+    )
+
+
 class AnswerStream:
     """The answer as it is streamed: which part of the text received so far may go to the
-    client now, so that what has been sent is always a prefix of the final answer cut to
-    ``limit`` words (:func:`cut_to_tokens`).
+    client now, so that what has been sent is always a prefix of the final answer
+    (:func:`final_answer`: before its first stop sequence, cut to ``limit`` words).
 
-    Without a limit every piece goes at once. With one, text past the end of the
-    ``limit``-th word is held back, and so is whitespace at the end of what has arrived (it
-    belongs to the answer only if another word follows, or if the answer ends there).
+    Without a limit or stop sequences every piece goes at once. With a limit, text past the end
+    of the ``limit``-th word is held back, and so is whitespace at the end of what has arrived
+    (it belongs to the answer only if another word follows, or if the answer ends there). With
+    stop sequences, the end of what has arrived that could begin one is held back until the
+    next piece says whether it does.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, stops: tuple[str, ...] = ()) -> None:
         self.limit = limit
+        self.stops = stops
         self.received = ""
         self.sent = ""
 
     def push(self, text: str) -> str:
         """Take the next piece of the answer; returns the text to send now (maybe empty)."""
         self.received += text
-        if self.limit is None:
-            ready = self.received
-        else:
-            ready = cut_to_tokens(self.received, self.limit)[0].rstrip()
+        visible = before_stop(self.received, self.stops)
+        if visible == self.received:  # no stop yet: hold back what may be the start of one
+            visible = visible[: len(visible) - _stop_start(visible, self.stops)]
+        ready = visible if self.limit is None else cut_to_tokens(visible, self.limit)[0].rstrip()
         out = ready[len(self.sent) :]
         self.sent = ready
         return out
@@ -157,7 +182,7 @@ class AnswerStream:
         limit, whether it continues what was sent). False means that the text sent is not the
         start of this answer (the streamed step failed after part of its reply was sent and
         another round's answer stands): the stream must end with an error."""
-        final, cut = cut_to_tokens(answer, self.limit)
+        final, cut = final_answer(answer, self.limit, self.stops)
         if not final.startswith(self.sent):
             return "", cut, False
         return final[len(self.sent) :], cut, True
@@ -447,6 +472,7 @@ class ConductorServing:
             return_trace=return_trace,
             include_usage=include_usage,
             max_answer_tokens=request.token_limit,
+            stop=request.stop_sequences,
             caller=caller,
         )
 
@@ -706,7 +732,7 @@ class ConductorServing:
         failure = self._failure(trace)
         if failure is not None:
             raise failure
-        answer, cut = cut_to_tokens(trace.answer or "", job.max_answer_tokens)
+        answer, cut = final_answer(trace.answer or "", job.max_answer_tokens, job.stop)
         answered = trace.answer is not None and not cut
         choice = ChatCompletionChoice(
             index=0,
@@ -769,7 +795,7 @@ class ConductorServing:
 
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         translate = _EventTranslator(self.worker_names, self.redact)
-        answer_stream = AnswerStream(job.max_answer_tokens)
+        answer_stream = AnswerStream(job.max_answer_tokens, job.stop)
 
         def on_answer_delta(text: str) -> None:
             queue.put_nowait({"type": _ANSWER_DELTA, "text": text})

@@ -400,8 +400,6 @@ def test_non_finite_numbers_are_refused_in_any_field():
         ({"logprobs": True}, "logprobs"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"n": 2}, "n"),
-        ({"stop": "\n"}, "stop"),
-        ({"stop": ["END"]}, "stop"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         (
@@ -539,7 +537,11 @@ def test_completion_ids_are_unique_per_request(pool):
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]}, True),
         ({"max_tokens": 0}, False),
         ({"max_tokens": 5}, True),
-        ({"stop": "x"}, False),
+        ({"stop": "x"}, True),
+        ({"stop": ["a", "b", "c", "d"]}, True),
+        ({"stop": ["a", "b", "c", "d", "e"]}, False),  # OpenAI's limit: 4
+        ({"stop": ""}, False),
+        ({"stop": []}, True),
         ({"stop": None}, True),
         ({"tools": []}, True),  # what LangChain and lm-eval send for "no tools"
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, False),
@@ -694,3 +696,34 @@ def test_the_cli_sets_the_quota_and_the_trusted_proxies(monkeypatch):
     result = CliRunner().invoke(command, ["--forwarded-allow-ips", "ingress"])
     assert result.exit_code != 0
     assert "forwarded_allow_ips: 'ingress' is neither an IP address" in str(result.exception)
+
+
+def test_stop_sequences_end_the_answer_before_them_streamed_or_not(pool):
+    """CrewAI, LangChain's ReAct agents and lm-eval send stop sequences with every call."""
+
+    async def go():
+        async with gateway(pool) as app:
+            full = await post(app, body())
+            words = full.json()["choices"][0]["message"]["content"].split()
+            stop = f" {words[2]}"  # before the third word
+            stopped = await post(app, body(stop=[stop, "never-in-an-answer"]))
+            streamed = await post(app, body(stop=stop, stream=True))
+            both = await post(app, body(stop=stop, max_tokens=1))
+            return full, stop, stopped, streamed, both
+
+    full, stop, stopped, streamed, both = run(go())
+    answer = full.json()["choices"][0]["message"]["content"]
+    expected = answer[: answer.index(stop)]
+    choice = stopped.json()["choices"][0]
+    assert choice["message"]["content"] == expected and choice["finish_reason"] == "stop"
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert content == expected and finish[-1] == "stop"
+    # the word limit cuts first when it comes first
+    assert both.json()["choices"][0]["finish_reason"] == "length"
+    assert both.json()["choices"][0]["message"]["content"].split() == answer.split()[:1]

@@ -22,7 +22,7 @@ from conductor_core.policy.base import PlanRequest, PlanResult
 from conductor_core.policy.fixed import one_step
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.serving import AnswerStream, cut_to_tokens
+from conductor_core.serve.serving import AnswerStream, cut_to_tokens, final_answer
 from conductor_core.serve.simulator import create_app as create_simulator
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.workers.bundled import bundled_pool_path
@@ -524,3 +524,30 @@ def test_what_is_sent_is_always_a_prefix_of_the_cut_answer(answer, limit):
     stream = AnswerStream(limit)
     stream.push("something else entirely")
     assert stream.finish(answer)[2] is False
+
+
+@pytest.mark.parametrize("limit", [None, 2, 50])
+@pytest.mark.parametrize(
+    ("answer", "stops"),
+    [
+        ("The answer is 42.\nObservation: done", ("\nObservation:",)),
+        ("abcabcabd", ("abd",)),  # a partial match that fails, then one that holds
+        ("no stop in here at all", ("STOP", "END")),
+        ("END first", ("END",)),
+        ("x y z", ("y", "z")),  # the earliest of several
+    ],
+)
+def test_a_stop_sequence_split_across_pieces_is_never_sent(answer, stops, limit):
+    final, _ = final_answer(answer, limit, stops)
+    assert not any(stop in final for stop in stops)
+    rng = random.Random(f"{answer}{stops}{limit}")
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(len(answer) + 1), k=min(5, len(answer) + 1)))
+        pieces = [answer[a:b] for a, b in zip([0, *cuts], [*cuts, len(answer)], strict=True)]
+        stream = AnswerStream(limit, stops)
+        sent = ""
+        for piece in pieces:
+            sent += stream.push(piece)
+            assert final.startswith(sent), (pieces, sent)
+        rest, _, continues = stream.finish(answer)
+        assert continues and sent + rest == final
