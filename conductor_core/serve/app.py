@@ -17,6 +17,7 @@ and every request is logged once (JSON when the CLI configured it) without keys 
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -25,6 +26,7 @@ from typing import Any
 
 from conductor_core.errors import require
 from conductor_core.policy.base import PlanSource
+from conductor_core.serve import responses_api
 from conductor_core.serve.auth import (
     ApiKeyAuth,
     ConcurrencyLimiter,
@@ -421,6 +423,31 @@ def create_app(
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
         return json_response(response.to_json_bytes())
+
+    @app.post("/v1/responses")
+    async def responses(request: fastapi.Request):
+        """OpenAI's Responses API, text only: solved as the chat completion it stands for
+        (:mod:`conductor_core.serve.responses_api`)."""
+        caller = guard(request)
+        serving = request.app.state.serving
+        raw = await read_body(
+            request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
+        )
+        chat, streamed = responses_api.chat_body(raw)
+        job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
+        meta = responses_api.new_meta(config.model_name)
+        slot = concurrency.acquire(caller)
+        if streamed:
+            return SlotStreamingResponse(
+                responses_api.response_events(meta, serving.stream_chat_completion(job)),
+                slot,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        with slot:
+            response = await serving.chat_completion(job, client_gone(request.receive))
+        completion = json.loads(response.to_json_bytes())
+        return JSONResponse(responses_api.from_chat_completion(meta, completion))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

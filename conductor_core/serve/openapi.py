@@ -18,6 +18,7 @@ from conductor_core.serve.protocol import (
     ErrorResponse,
     ModelList,
 )
+from conductor_core.serve.responses_api import REQUEST_SCHEMA, RESPONSE_SCHEMA
 from conductor_core.workers.config import PoolConfig
 
 __all__ = ["openapi_description"]
@@ -195,6 +196,20 @@ def openapi_description(
             ),
         },
     }
+    operations[("/v1/responses", "post")] = {
+        **operations[("/v1/chat/completions", "post")],  # the same errors, as the same path
+        "200": {
+            "description": "A response object (OpenAI's Responses API, text only), or with "
+            "`stream: true` its server-sent events, from `response.created` to "
+            "`response.completed` (`response.incomplete` when cut to `max_output_tokens`; "
+            "`error` after a failure).",
+            "headers": request_id,
+            "content": {
+                "application/json": {"schema": RESPONSE_SCHEMA},
+                "text/event-stream": {"schema": sse_event},
+            },
+        },
+    }
     schemas = _narrow_request_schemas(defs.get("$defs", {}), config, pool)
     schema = dict(base)
     components = dict(schema.get("components") or {})
@@ -218,6 +233,16 @@ def openapi_description(
             operation["requestBody"] = {
                 "required": True,
                 "content": {"application/json": {"schema": request_ref, "example": example}},
+            }
+        if path == "/v1/responses":
+            operation["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": REQUEST_SCHEMA,
+                        "example": {"model": config.model_name, "input": "What is 6 times 7?"},
+                    }
+                },
             }
         paths.setdefault(path, {})[method] = operation
     schema["paths"] = paths

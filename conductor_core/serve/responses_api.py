@@ -1,0 +1,336 @@
+"""OpenAI's Responses API (``POST /v1/responses``), text only, over the chat completions path.
+
+The openai SDK's ``responses.create`` and the OpenAI Agents SDK default to it. A request is
+translated into a chat-completions body (``instructions`` as a system message, ``input`` as the
+conversation, ``max_output_tokens`` as ``max_tokens``) and validated, limited and solved exactly
+as one; the answer comes back as a ``response`` object, or streamed as the Responses API's
+events (``response.created``, ``response.output_text.delta`` as the answer is written,
+``response.completed`` with the whole response; ``error`` when the workflow fails). Tools,
+structured output and conversation state (``previous_response_id``, ``store``) are refused by
+name: a Conductor calls no tools of the client and keeps no responses.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from conductor_core.serve.protocol import UNSUPPORTED_CODE, RequestError, check_values
+
+_REFUSED = {
+    "tools": "the workflow calls no tools of the client",
+    "previous_response_id": "responses are not stored; send the whole conversation as input",
+    "prompt": "stored prompts are not supported; send the text as input",
+}
+"""Fields refused when they ask for anything, and why."""
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """What the answer needs to know of the request: its id and the served model."""
+
+    id: str
+    model: str
+    created_at: int
+
+
+def _refuse(param: str, why: str) -> RequestError:
+    return RequestError(
+        400, f"{param}: not supported by this server ({why}); omit it", param=param,
+        code=UNSUPPORTED_CODE,
+    )  # fmt: skip
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[_Part]
+    type: Literal["message"] = "message"
+
+
+class ResponsesRequest(BaseModel):
+    """A ``POST /v1/responses`` body: the fields read (others are kept and not applied, as the
+    chat path keeps them); validated strictly, as :data:`REQUEST_SCHEMA` publishes it."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = ""
+    input: str | Annotated[list[_Message], Field(min_length=1)]
+    instructions: str | None = None
+    stream: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+
+
+def chat_body(raw: bytes | str) -> tuple[bytes, bool]:
+    """The chat-completions body a ``/v1/responses`` body stands for, and whether it streams.
+
+    Raises:
+        RequestError: 400 when the body is not a JSON object, a field is invalid (``param``
+            names the first), or a refused field asks for anything.
+    """
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    for param, why in _REFUSED.items():
+        if body.get(param):
+            raise _refuse(param, why)
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        raise _refuse("text.format", "the answer is free text; no JSON mode or schema")
+    check_values(body)
+    try:
+        request = ResponsesRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("str", "list[")))
+        raise RequestError(400, f"{where}: {first['msg']}", param=where or None) from None
+    if isinstance(request.input, str):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": request.input}]
+    else:
+        messages = [
+            {
+                "role": m.role,
+                "content": m.content
+                if isinstance(m.content, str)
+                else [{"type": "text", "text": p.text} for p in m.content],
+            }
+            for m in request.input
+        ]
+    if request.instructions:
+        messages.insert(0, {"role": "system", "content": request.instructions})
+    chat: dict[str, Any] = {"messages": messages}
+    for ours, theirs in (
+        ("model", "model"),
+        ("stream", "stream"),
+        ("max_output_tokens", "max_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("user", "user"),
+        ("metadata", "metadata"),
+    ):
+        if ours in body:
+            chat[theirs] = body[ours]
+    if request.stream:  # the usage goes into response.completed
+        chat["stream_options"] = {"include_usage": True}
+    return json.dumps(chat).encode(), bool(request.stream)
+
+
+REQUEST_SCHEMA: dict[str, Any] = {  # what ResponsesRequest accepts, as published
+    "type": "object",
+    "description": "OpenAI's Responses API, text only: solved as the chat completion it stands "
+    "for (`instructions` a system message, `input` the conversation, `max_output_tokens` "
+    "max_tokens). `tools`, `previous_response_id`, `prompt` and a `text.format` other than "
+    "text are refused by name.",
+    "properties": {
+        "model": {"type": "string"},
+        "input": {
+            "anyOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "type": {"const": "message"},
+                            "role": {"enum": ["system", "developer", "user", "assistant"]},
+                            "content": {
+                                "anyOf": [
+                                    {"type": "string"},
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {
+                                                "type": {"enum": ["input_text", "output_text"]},
+                                                "text": {"type": "string"},
+                                            },
+                                            "required": ["type", "text"],
+                                        },
+                                    },
+                                ]
+                            },
+                        },
+                        "required": ["role", "content"],
+                    },
+                    "minItems": 1,
+                },
+            ]
+        },
+        "instructions": {"type": ["string", "null"]},
+        "stream": {"type": ["boolean", "null"]},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+    },
+    "required": ["input"],
+}
+RESPONSE_SCHEMA: dict[str, Any] = {  # a response object, in short
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "response"},
+        "status": {"enum": ["completed", "incomplete"]},
+        "model": {"type": "string"},
+        "output": {"type": "array", "items": {"type": "object"}},
+        "usage": {"type": ["object", "null"]},
+    },
+    "required": ["id", "object", "status", "model", "output"],
+}
+
+
+def new_meta(model: str) -> ResponseMeta:
+    """A fresh response id for a request to ``model``."""
+    return ResponseMeta(f"resp_{secrets.token_hex(12)}", model, int(time.time()))
+
+
+def _message(meta: ResponseMeta, text: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{meta.id.removeprefix('resp_')}",
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def response_object(
+    meta: ResponseMeta,
+    text: str | None,
+    *,
+    finish: str | None,
+    usage: dict[str, int] | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``response`` object: ``completed`` with its text, ``incomplete`` when the answer was cut
+    to ``max_output_tokens`` (``finish`` ``length``), ``in_progress`` without text yet."""
+    status = "completed" if finish != "length" else "incomplete"
+    if text is None:
+        status = "in_progress"
+    out: dict[str, Any] = {
+        "id": meta.id,
+        "object": "response",
+        "created_at": meta.created_at,
+        "status": status,
+        "model": meta.model,
+        "output": [] if text is None else [_message(meta, text, status)],
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "error": None,
+        "tools": [],
+        "tool_choice": "none",
+        "parallel_tool_calls": False,
+        "usage": None,
+    }
+    if usage is not None:
+        out["usage"] = {
+            "input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage.get("completion_tokens", 0),
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.get("total_tokens", 0),
+        }
+    if extra:
+        out["conductor"] = extra
+    return out
+
+
+def from_chat_completion(meta: ResponseMeta, completion: dict[str, Any]) -> dict[str, Any]:
+    """The ``response`` object of a finished chat completion (its JSON)."""
+    choice = completion["choices"][0]
+    return response_object(
+        meta,
+        choice["message"]["content"] or "",
+        finish=choice.get("finish_reason"),
+        usage=completion.get("usage"),
+        extra=completion.get("conductor"),
+    )
+
+
+async def response_events(meta: ResponseMeta, chat_sse: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The Responses API's events for a streamed chat completion's server-sent events (the
+    chat stream is asked for its usage; an error in it ends the events with ``error``)."""
+    seq = 0
+    text = ""
+    item_id = _message(meta, "", "in_progress")["id"]
+
+    def event(kind: str, **fields: Any) -> str:
+        nonlocal seq
+        seq += 1
+        payload = {"type": kind, "sequence_number": seq - 1, **fields}
+        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+    yield event("response.created", response=response_object(meta, None, finish=None, usage=None))
+    yield event(
+        "response.output_item.added",
+        output_index=0,
+        item={**_message(meta, "", "in_progress"), "content": []},
+    )
+    yield event(
+        "response.content_part.added",
+        item_id=item_id,
+        output_index=0,
+        content_index=0,
+        part={"type": "output_text", "text": "", "annotations": []},
+    )
+    finish, usage, extra = None, None, None
+    async for line in chat_sse:
+        data = line.removeprefix("data: ").strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            error = chunk["error"]
+            yield event("error", code=error.get("code"), message=error.get("message"), param=None)
+            return
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                text += piece
+                yield event(
+                    "response.output_text.delta",
+                    item_id=item_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=piece,
+                    logprobs=[],
+                )
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+                extra = (chunk.get("conductor") or {}).get("data")
+    done = response_object(meta, text, finish=finish, usage=usage, extra=extra)
+    part = done["output"][0]["content"][0]
+    yield event(
+        "response.output_text.done",
+        item_id=item_id,
+        output_index=0,
+        content_index=0,
+        text=text,
+        logprobs=[],
+    )
+    yield event(
+        "response.content_part.done",
+        item_id=item_id,
+        output_index=0,
+        content_index=0,
+        part=part,
+    )
+    yield event("response.output_item.done", output_index=0, item=done["output"][0])
+    kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
+    yield event(kind, response=done)
