@@ -449,6 +449,29 @@ def create_app(
         completion = json.loads(response.to_json_bytes())
         return JSONResponse(responses_api.from_chat_completion(meta, completion))
 
+    @app.post("/v1/completions")
+    async def completions(request: fastapi.Request):
+        """The legacy completions API, text only: the prompt asked as a chat completion."""
+        caller = guard(request)
+        serving = request.app.state.serving
+        raw = await read_body(
+            request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
+        )
+        chat, streamed = responses_api.completions_chat_body(raw)
+        job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
+        slot = concurrency.acquire(caller)
+        if streamed:
+            return SlotStreamingResponse(
+                responses_api.completion_events(serving.stream_chat_completion(job)),
+                slot,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        with slot:
+            response = await serving.chat_completion(job, client_gone(request.receive))
+        completion = json.loads(response.to_json_bytes())
+        return JSONResponse(responses_api.completion_from_chat(completion))
+
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi

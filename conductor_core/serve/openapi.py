@@ -18,7 +18,11 @@ from conductor_core.serve.protocol import (
     ErrorResponse,
     ModelList,
 )
-from conductor_core.serve.responses_api import REQUEST_SCHEMA, RESPONSE_SCHEMA
+from conductor_core.serve.responses_api import (
+    COMPLETIONS_REQUEST_SCHEMA,
+    REQUEST_SCHEMA,
+    RESPONSE_SCHEMA,
+)
 from conductor_core.workers.config import PoolConfig
 
 __all__ = ["openapi_description"]
@@ -210,6 +214,18 @@ def openapi_description(
             },
         },
     }
+    operations[("/v1/completions", "post")] = {
+        **operations[("/v1/chat/completions", "post")],
+        "200": {
+            "description": "A text_completion, or with `stream: true` its server-sent chunks "
+            "ending with `data: [DONE]`.",
+            "headers": request_id,
+            "content": {
+                "application/json": {"schema": {"type": "object", "required": ["choices"]}},
+                "text/event-stream": {"schema": sse_event},
+            },
+        },
+    }
     schemas = _narrow_request_schemas(defs.get("$defs", {}), config, pool)
     schema = dict(base)
     components = dict(schema.get("components") or {})
@@ -233,6 +249,16 @@ def openapi_description(
             operation["requestBody"] = {
                 "required": True,
                 "content": {"application/json": {"schema": request_ref, "example": example}},
+            }
+        if path == "/v1/completions":
+            operation["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": COMPLETIONS_REQUEST_SCHEMA,
+                        "example": {"model": config.model_name, "prompt": "What is 6 times 7?"},
+                    }
+                },
             }
         if path == "/v1/responses":
             operation["requestBody"] = {

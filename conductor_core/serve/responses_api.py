@@ -334,3 +334,116 @@ async def response_events(meta: ResponseMeta, chat_sse: AsyncIterator[str]) -> A
     yield event("response.output_item.done", output_index=0, item=done["output"][0])
     kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
     yield event(kind, response=done)
+
+
+# -- the legacy completions API (POST /v1/completions) ------------------------------------------
+
+
+class CompletionsRequest(BaseModel):
+    """A ``POST /v1/completions`` body: the prompt is the question (one prompt; text only)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = ""
+    prompt: str
+    stream: bool | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+COMPLETIONS_REQUEST_SCHEMA: dict[str, Any] = {  # what CompletionsRequest accepts, as published
+    "type": "object",
+    "description": "The legacy completions API, text only: the prompt is asked as the question "
+    "of a chat completion (one prompt; `suffix`, `echo`, `logprobs`, `best_of` and `n` other "
+    "than 1 are refused by name).",
+    "properties": {
+        "model": {"type": "string"},
+        "prompt": {"type": "string"},
+        "stream": {"type": ["boolean", "null"]},
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+    },
+    "required": ["prompt"],
+}
+
+_COMPLETIONS_REFUSED = {
+    "suffix": "the answer is not an insertion",
+    "echo": "the prompt is not echoed",
+    "logprobs": "the answer is written by several models; it has no log probabilities",
+    "best_of": "one answer per request",
+}
+
+
+def completions_chat_body(raw: bytes | str) -> tuple[bytes, bool]:
+    """The chat-completions body a ``/v1/completions`` body stands for, and whether it streams
+    (the chat body passes the other fields on, so that ``n``, ``stop`` and the rest are checked
+    as there)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    for param, why in _COMPLETIONS_REFUSED.items():
+        if body.get(param):
+            raise _refuse(param, why)
+    check_values(body)
+    try:
+        request = CompletionsRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RequestError(400, f"{where}: {first['msg']}", param=where or None) from None
+    chat = {k: v for k, v in body.items() if k not in ("prompt", *_COMPLETIONS_REFUSED)}
+    chat["messages"] = [{"role": "user", "content": request.prompt}]
+    return json.dumps(chat).encode(), bool(request.stream)
+
+
+def completion_from_chat(completion: dict[str, Any]) -> dict[str, Any]:
+    """The ``text_completion`` object of a finished chat completion (its JSON)."""
+    choice = completion["choices"][0]
+    return {
+        "id": completion["id"].replace("chatcmpl-", "cmpl-", 1),
+        "object": "text_completion",
+        "created": completion["created"],
+        "model": completion["model"],
+        "choices": [
+            {
+                "index": 0,
+                "text": choice["message"]["content"] or "",
+                "logprobs": None,
+                "finish_reason": choice.get("finish_reason"),
+            }
+        ],
+        "usage": completion.get("usage"),
+    }
+
+
+async def completion_events(chat_sse: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A streamed chat completion's events as ``text_completion`` chunks (errors and ``[DONE]``
+    pass as they are; the workflow's own events, which carry no text, are left out)."""
+    async for line in chat_sse:
+        data = line.removeprefix("data: ").strip()
+        if data == "[DONE]" or "error" in (chunk := json.loads(data)):
+            yield line
+            continue
+        choices = [
+            {
+                "index": 0,
+                "text": (c.get("delta") or {}).get("content") or "",
+                "logprobs": None,
+                "finish_reason": c.get("finish_reason"),
+            }
+            for c in chunk.get("choices") or ()
+            if (c.get("delta") or {}).get("content") or c.get("finish_reason")
+        ]
+        if not choices and not chunk.get("usage"):
+            continue
+        out = {
+            "id": chunk["id"].replace("chatcmpl-", "cmpl-", 1),
+            "object": "text_completion",
+            "created": chunk["created"],
+            "model": chunk["model"],
+            "choices": choices,
+        }
+        if chunk.get("usage"):
+            out["usage"] = chunk["usage"]
+        yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"

@@ -79,3 +79,18 @@ def test_what_a_conductor_cannot_do_is_refused_by_name(client, fields, param):
         client.responses.create(model="conductor", input=QUESTION, **fields)
     assert err.value.body["param"] == param
     assert err.value.body["code"] == "unsupported_parameter"
+
+
+def test_the_legacy_completions_api_asks_the_prompt_as_the_question(client):
+    chat = client.chat.completions.create(
+        model="conductor", messages=[{"role": "user", "content": QUESTION}]
+    )
+    completion = client.completions.create(model="conductor", prompt=QUESTION)
+    assert completion.object == "text_completion"
+    assert completion.choices[0].text == chat.choices[0].message.content
+    assert completion.choices[0].finish_reason == "stop"
+    streamed = list(client.completions.create(model="conductor", prompt=QUESTION, stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == completion.choices[0].text
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="conductor", prompt=QUESTION, echo=True)
+    assert err.value.body["param"] == "echo"
