@@ -26,7 +26,7 @@ from typing import Any
 
 from conductor_core.errors import require
 from conductor_core.policy.base import PlanSource
-from conductor_core.serve import responses_api
+from conductor_core.serve import api_adapters
 from conductor_core.serve.auth import (
     ApiKeyAuth,
     ConcurrencyLimiter,
@@ -427,19 +427,19 @@ def create_app(
     @app.post("/v1/responses")
     async def responses(request: fastapi.Request):
         """OpenAI's Responses API, text only: solved as the chat completion it stands for
-        (:mod:`conductor_core.serve.responses_api`)."""
+        (:mod:`conductor_core.serve.api_adapters`)."""
         caller = guard(request)
         serving = request.app.state.serving
         raw = await read_body(
             request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
         )
-        chat, streamed = responses_api.chat_body(raw)
+        chat, streamed = api_adapters.chat_body(raw)
         job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
-        meta = responses_api.new_meta(config.model_name)
+        meta = api_adapters.new_meta(config.model_name)
         slot = concurrency.acquire(caller)
         if streamed:
             return SlotStreamingResponse(
-                responses_api.response_events(meta, serving.stream_chat_completion(job)),
+                api_adapters.response_events(meta, serving.stream_chat_completion(job)),
                 slot,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -447,7 +447,7 @@ def create_app(
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
         completion = json.loads(response.to_json_bytes())
-        return JSONResponse(responses_api.from_chat_completion(meta, completion))
+        return JSONResponse(api_adapters.from_chat_completion(meta, completion))
 
     @app.post("/v1/completions")
     async def completions(request: fastapi.Request):
@@ -457,12 +457,12 @@ def create_app(
         raw = await read_body(
             request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
         )
-        chat, streamed = responses_api.completions_chat_body(raw)
+        chat, streamed = api_adapters.completions_chat_body(raw)
         job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
         slot = concurrency.acquire(caller)
         if streamed:
             return SlotStreamingResponse(
-                responses_api.completion_events(serving.stream_chat_completion(job)),
+                api_adapters.completion_events(serving.stream_chat_completion(job)),
                 slot,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -470,7 +470,7 @@ def create_app(
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
         completion = json.loads(response.to_json_bytes())
-        return JSONResponse(responses_api.completion_from_chat(completion))
+        return JSONResponse(api_adapters.completion_from_chat(completion))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from conductor_core.serve.api_adapters import (
+    COMPLETIONS_REQUEST_SCHEMA,
+    REQUEST_SCHEMA,
+    RESPONSE_SCHEMA,
+)
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.protocol import (
     RETRYABLE_STATUSES,
@@ -17,11 +22,6 @@ from conductor_core.serve.protocol import (
     ChatCompletionResponse,
     ErrorResponse,
     ModelList,
-)
-from conductor_core.serve.responses_api import (
-    COMPLETIONS_REQUEST_SCHEMA,
-    REQUEST_SCHEMA,
-    RESPONSE_SCHEMA,
 )
 from conductor_core.workers.config import PoolConfig
 

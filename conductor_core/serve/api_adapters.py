@@ -1,13 +1,16 @@
-"""OpenAI's Responses API (``POST /v1/responses``), text only, over the chat completions path.
+"""OpenAI's other text APIs over the chat completions path: the Responses API
+(``POST /v1/responses``) and the legacy completions API (``POST /v1/completions``), text only.
 
-The openai SDK's ``responses.create`` and the OpenAI Agents SDK default to it. A request is
-translated into a chat-completions body (``instructions`` as a system message, ``input`` as the
-conversation, ``max_output_tokens`` as ``max_tokens``) and validated, limited and solved exactly
-as one; the answer comes back as a ``response`` object, or streamed as the Responses API's
-events (``response.created``, ``response.output_text.delta`` as the answer is written,
+The openai SDK's ``responses.create`` and the OpenAI Agents SDK default to the Responses API;
+lm-eval's and older clients to completions. A Responses request is translated into a
+chat-completions body (``instructions`` as a system message, ``input`` as the conversation,
+``max_output_tokens`` as ``max_tokens``) and validated, limited and solved exactly as one; the
+answer comes back as a ``response`` object, or streamed as the Responses API's events
+(``response.created``, ``response.output_text.delta`` as the answer is written,
 ``response.completed`` with the whole response; ``error`` when the workflow fails). Tools,
-structured output and conversation state (``previous_response_id``, ``store``) are refused by
-name: a Conductor calls no tools of the client and keeps no responses.
+structured output and conversation state (``previous_response_id``, ``prompt``) are refused by
+name: a Conductor calls no tools of the client and keeps no responses. A completions request's
+prompt is asked as the question, and the answer comes back as ``text_completion`` objects.
 """
 
 from __future__ import annotations
