@@ -108,6 +108,33 @@ def sandbox_policy_cmd(settings_path, pod_kind, namespace, service_account) -> N
     click.echo(yaml.safe_dump(policy, sort_keys=False), nl=False)
 
 
+@command.command("close-stale")
+@click.option("--host", required=True, help="The KFP API endpoint (as for submit).")
+@click.option("--token-env", default=None, metavar="NAME", help="Variable holding a bearer token.")
+@click.option("--namespace", default=None, help="The Kubeflow profile namespace (multi-user).")
+def close_stale_cmd(host, token_env, namespace) -> None:
+    """Close the MLflow runs ($MLFLOW_TRACKING_URI) of pipeline runs that ended without their
+    exit handler (terminated from the UI), asking Kubeflow Pipelines how each ended."""
+    import os
+
+    from pipelines.submit import SubmitError, close_stale_runs
+
+    token = None
+    if token_env:
+        token = os.environ.get(token_env)
+        if not token:
+            raise ConfigError(f"--token-env: ${token_env} is not set")
+    try:
+        closed = close_stale_runs(
+            host=host, existing_token=token, namespace=namespace, log=click.echo
+        )
+    except SubmitError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for kfp_run_id, status in closed:
+        click.echo(f"{kfp_run_id}: closed {status}")
+    click.echo(f"{len(closed)} MLflow run(s) closed")
+
+
 @command.command("run")
 @click.argument("name", type=click.Choice(NAMES))
 @click.option(

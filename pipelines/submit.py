@@ -251,6 +251,51 @@ def submit(
 # -- helpers -------------------------------------------------------------------------------------
 
 
+RUN_STATES_GOING = frozenset(
+    {"PENDING", "RUNNING", "PAUSED", "CANCELING", "RUNTIME_STATE_UNSPECIFIED"}
+)
+"""KFP run states (v2beta1 ``V2beta1RuntimeState``) of a run that has not ended."""
+
+
+def close_stale_runs(
+    *,
+    host: str,
+    existing_token: str | None = None,
+    namespace: str | None = None,
+    tracking_uri: str | None = None,
+    log: Any = print,
+) -> list[tuple[str, str]]:
+    """Close the MLflow runs that ended KFP runs left RUNNING (a run terminated from the UI: KFP
+    sets the workflow's deadline to zero and the exit handler's pod may never run), asking the
+    KFP API at ``host`` how each ended: ``SUCCEEDED``/``SKIPPED`` -> FINISHED, ``CANCELED``
+    -> KILLED, ``FAILED`` -> FAILED. A run still going, one the server does not know (a local
+    run's, a deleted one: named in ``log``) and one it cannot be asked about stay open.
+    Returns ``(KFP run id, MLflow status)`` of every run closed."""
+    from conductor_core.pipeline_tasks.context import KFP_FINAL_STATES
+    from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
+
+    host = _normalise_host(host)
+    scrub = _Scrubber(existing_token)
+    _check_server_version(host, _probe(host, existing_token, scrub))
+    kfp = require("kfp", "pipelines", "asking Kubeflow Pipelines how runs ended")
+    with _quiet():
+        client = kfp.Client(
+            host=host, existing_token=existing_token, namespace=namespace or "kubeflow"
+        )
+    session = _Session(client, host, scrub)
+
+    def ended(kfp_run_id: str) -> str | None:
+        try:
+            run = session.call(f"reading run {kfp_run_id}", client.get_run, run_id=kfp_run_id)
+        except SubmitError as exc:
+            log(f"{kfp_run_id}: left open ({exc})")
+            return None
+        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        return None if state in RUN_STATES_GOING else KFP_FINAL_STATES.get(state, "FAILED")
+
+    return close_stale_pipeline_runs(ended, tracking_uri=tracking_uri)
+
+
 def _normalise_host(host: str) -> str:
     host = (host or "").strip().rstrip("/")
     if not host:
