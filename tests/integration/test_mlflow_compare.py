@@ -322,12 +322,11 @@ def test_training_stage_logs_into_its_pipeline_stage_run(env, tmp_path, monkeypa
 
 def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_path):
     """What `conductor pipeline run training --local` leaves in MLflow, made with the pipeline's
-    own steps (its parent run, tagged with the KFP run id the local runner drew, and the
+    own steps (its parent run, tagged with the KFP run id the local run gave its tasks, and the
     aggregate step's evaluation under it): the summary names the run and prints the compare
     command, and that command, the names the summary shows and plain `compare` all find the
     method runs; the evaluation logged counts a re-run record once."""
     import shlex
-    import time
 
     from conductor_core.evaluate.records import RecordWriter
     from conductor_core.pipeline_tasks.eval_steps import aggregate_step
@@ -343,7 +342,6 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
         w.write(eval_record("p1", "single:a", correct=False))
         w.write(eval_record("p2", "single:a"))
     run_dir = tmp_path / "kfp" / "conductor-training-2030-01-02-03-04-05-000006"
-    started_ms = int(time.time() * 1000)
     aggregate_step(
         [shard],
         run_dir / "aggregate" / "comparison",
@@ -352,7 +350,7 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
         tracking_uri=env,
         log=lambda _: None,
     )
-    found = _mlflow_run("conductor-training", started_ms, local_tracking_uri(tmp_path), run_dir)
+    found = _mlflow_run("31415926", local_tracking_uri(tmp_path), run_dir)
     assert found is not None and found.kfp_run_id == "31415926"
     assert found.run_name == "conductor-training-31415926"
     parent = _client().get_run(found.run_id)
