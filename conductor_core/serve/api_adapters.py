@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conductor_core.serve.protocol import UNSUPPORTED_CODE, RequestError, check_values
+from conductor_core.serve.protocol import UNSUPPORTED_CODE, RequestError, check_values, decode_body
 
 _REFUSED = {
     "tools": "the workflow calls no tools of the client",
@@ -85,12 +85,7 @@ def chat_body(raw: bytes | str) -> tuple[bytes, bool]:
         RequestError: 400 when the body is not a JSON object, a field is invalid (``param``
             names the first), or a refused field asks for anything.
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object")
+    body = decode_body(raw)
     for param, why in _REFUSED.items():
         if body.get(param):
             raise _refuse(param, why)
@@ -379,12 +374,7 @@ def completions_chat_body(raw: bytes | str) -> tuple[bytes, bool]:
     """The chat-completions body a ``/v1/completions`` body stands for, and whether it streams
     (the chat body passes the other fields on, so that ``n``, ``stop`` and the rest are checked
     as there)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object")
+    body = decode_body(raw)
     for param, why in _COMPLETIONS_REFUSED.items():
         if body.get(param):
             raise _refuse(param, why)

@@ -424,53 +424,54 @@ def create_app(
             response = await serving.chat_completion(job, client_gone(request.receive))
         return json_response(response.to_json_bytes())
 
-    @app.post("/v1/responses")
-    async def responses(request: fastapi.Request):
-        """OpenAI's Responses API, text only: solved as the chat completion it stands for
-        (:mod:`conductor_core.serve.api_adapters`)."""
+    async def solve_as_chat(
+        request: fastapi.Request,
+        translate: Callable[[bytes], tuple[bytes, bool]],
+        events: Callable[[Any], Any],
+        answer: Callable[[dict[str, Any]], dict[str, Any]],
+    ):
+        """Another OpenAI API solved as the chat completion it stands for: ``translate`` turns
+        its body into a chat body (and whether it streams), ``events`` the chat stream into its
+        own, ``answer`` a finished chat completion (JSON) into its own object."""
         caller = guard(request)
         serving = request.app.state.serving
         raw = await read_body(
             request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
         )
-        chat, streamed = api_adapters.chat_body(raw)
+        chat, streamed = translate(raw)
         job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
-        meta = api_adapters.new_meta(config.model_name)
         slot = concurrency.acquire(caller)
         if streamed:
             return SlotStreamingResponse(
-                api_adapters.response_events(meta, serving.stream_chat_completion(job)),
+                events(serving.stream_chat_completion(job)),
                 slot,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
-        completion = json.loads(response.to_json_bytes())
-        return JSONResponse(api_adapters.from_chat_completion(meta, completion))
+        return JSONResponse(answer(json.loads(response.to_json_bytes())))
+
+    @app.post("/v1/responses")
+    async def responses(request: fastapi.Request):
+        """OpenAI's Responses API, text only (:mod:`conductor_core.serve.api_adapters`)."""
+        meta = api_adapters.new_meta(config.model_name)
+        return await solve_as_chat(
+            request,
+            api_adapters.chat_body,
+            lambda stream: api_adapters.response_events(meta, stream),
+            lambda completion: api_adapters.from_chat_completion(meta, completion),
+        )
 
     @app.post("/v1/completions")
     async def completions(request: fastapi.Request):
         """The legacy completions API, text only: the prompt asked as a chat completion."""
-        caller = guard(request)
-        serving = request.app.state.serving
-        raw = await read_body(
-            request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
+        return await solve_as_chat(
+            request,
+            api_adapters.completions_chat_body,
+            api_adapters.completion_events,
+            api_adapters.completion_from_chat,
         )
-        chat, streamed = api_adapters.completions_chat_body(raw)
-        job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
-        slot = concurrency.acquire(caller)
-        if streamed:
-            return SlotStreamingResponse(
-                api_adapters.completion_events(serving.stream_chat_completion(job)),
-                slot,
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        with slot:
-            response = await serving.chat_completion(job, client_gone(request.receive))
-        completion = json.loads(response.to_json_bytes())
-        return JSONResponse(api_adapters.completion_from_chat(completion))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

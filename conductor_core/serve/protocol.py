@@ -649,6 +649,21 @@ def check_values(body: Any) -> None:
             raise RequestError(400, f"{where}: {problem}", param=_loc(loc) or None)
 
 
+def decode_body(raw: bytes | str) -> dict[str, Any]:
+    """A request body as a JSON object.
+
+    Raises:
+        RequestError: 400 when it is not JSON (``invalid_json``) or not an object.
+    """
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    return body
+
+
 def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
     """Validate a chat-completions body.
 
@@ -657,12 +672,7 @@ def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
             valid Unicode or a number that is not finite (:func:`check_values`), or a field is
             invalid; the message names every invalid field and ``param`` the first.
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise RequestError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object")
+    body = decode_body(raw)
     check_values(body)
     try:
         return ChatCompletionRequest.model_validate(body)
