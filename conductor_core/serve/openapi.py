@@ -236,39 +236,28 @@ def openapi_description(
         }
     schema["components"] = components
     paths = {path: dict(item) for path, item in schema.get("paths", {}).items()}
+    question = "What is 6 times 7?"
+    bodies = {  # path -> (request body schema, example)
+        "/v1/chat/completions": (
+            request_ref,
+            {"model": config.model_name, "messages": [{"role": "user", "content": question}]},
+        ),
+        "/v1/completions": (
+            COMPLETIONS_REQUEST_SCHEMA,
+            {"model": config.model_name, "prompt": question},
+        ),
+        "/v1/responses": (REQUEST_SCHEMA, {"model": config.model_name, "input": question}),
+    }
     for (path, method), responses in operations.items():
         operation = dict(paths.get(path, {}).get(method, {}))
         operation["responses"] = responses
         if path.startswith("/v1/") and auth_enabled:
             operation["security"] = [{"apiKey": []}]
-        if path == "/v1/chat/completions":
-            example = {
-                "model": config.model_name,
-                "messages": [{"role": "user", "content": "What is 6 times 7?"}],
-            }
+        if path in bodies:
+            body_schema, example = bodies[path]
             operation["requestBody"] = {
                 "required": True,
-                "content": {"application/json": {"schema": request_ref, "example": example}},
-            }
-        if path == "/v1/completions":
-            operation["requestBody"] = {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": COMPLETIONS_REQUEST_SCHEMA,
-                        "example": {"model": config.model_name, "prompt": "What is 6 times 7?"},
-                    }
-                },
-            }
-        if path == "/v1/responses":
-            operation["requestBody"] = {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": REQUEST_SCHEMA,
-                        "example": {"model": config.model_name, "input": "What is 6 times 7?"},
-                    }
-                },
+                "content": {"application/json": {"schema": body_schema, "example": example}},
             }
         paths.setdefault(path, {})[method] = operation
     schema["paths"] = paths
