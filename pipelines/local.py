@@ -464,11 +464,11 @@ def _run_lock(root: Path) -> Iterator[bool]:
 def _close_killed_runs(tracking_uri: str, resumed: str, say: Callable[[str], None]) -> None:
     """Close as KILLED the MLflow runs that runs killed under this root left RUNNING (no run
     under it is live: :func:`_run_lock`), but those of run ``resumed``, which go on; say which."""
-    if tracking_uri.startswith("sqlite:///") and not (
-        Path(tracking_uri.removeprefix("sqlite:///")).is_file()
-    ):
-        return  # no run ever logged here: reading would create an empty store
+    from conductor_core.track.mlflow_run import store_missing
     from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
+
+    if store_missing(tracking_uri):
+        return
 
     def ended(kfp_run_id: str) -> str | None:
         return None if kfp_run_id == resumed else "KILLED"
@@ -504,9 +504,11 @@ def _mlflow_run(kfp_run_id: str, uri: str, run_dir: Path | None) -> "PipelineRun
     --kfp-run-id NAME` finds it too. None when there is none (a pipeline that does not log, a
     failure before it), and when the store cannot be read: the summary then says less, the run
     is not failed for it."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        return None  # no task logged: reading would create an empty store
+    from conductor_core.track.mlflow_run import store_missing
     from conductor_core.track.pipeline_runs import find_pipeline_run, name_pipeline_run
+
+    if store_missing(uri):
+        return None  # no task logged
 
     try:
         found = find_pipeline_run(kfp_run_id, tracking_uri=uri)

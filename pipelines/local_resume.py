@@ -50,12 +50,17 @@ class RunRecord:
         return root / CACHES / self.run_id
 
 
+def _plain(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as JSON gives them back (what a record holds, so that they compare alike)."""
+    return json.loads(json.dumps(dict(params), default=str))
+
+
 def new_record(root: Path, pipeline: str, params: Mapping[str, Any]) -> RunRecord:
     """Draw a run id for a new local run of ``pipeline`` and write its record under ``root``."""
     record = RunRecord(
         pipeline=pipeline,
         run_id=f"local-{secrets.token_hex(6)}",
-        params=json.loads(json.dumps(dict(params), default=str)),
+        params=_plain(params),
         started=datetime.now(UTC).isoformat(),  # sortable, to the microsecond
     )
     folder = root / RECORDS
@@ -90,7 +95,7 @@ def resumed_params(record: RunRecord, given: Mapping[str, Any]) -> dict[str, Any
     """The parameters of the resumed run: the recorded ones. A parameter given now must be the
     same; a different one is a :class:`ConfigError` naming it (the finished tasks were computed
     with the recorded value)."""
-    given = json.loads(json.dumps(dict(given), default=str))
+    given = _plain(given)
     changed = [
         f"{key}={given[key]!r} (the run had {record.params.get(key, '<its default>')!r})"
         for key in sorted(given)

@@ -98,13 +98,13 @@ def close_parent_run(
     ``KILLED``, anything else ``FAILED``; its runs still RUNNING (a task whose pod
     was killed) end the same way. Returns the MLflow status, or None when no task of the run
     opened a parent run (nothing is created: a run stopped by its parameter check)."""
+    from conductor_core.track.mlflow_run import store_missing
     from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri
     from conductor_core.track.pipeline_runs import close_pipeline_run
 
     status = KFP_FINAL_STATES.get(state.strip().upper(), "FAILED")
     uri = tracking_uri or default_tracking_uri()
-    no_store = uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
-    closed = None if no_store else close_pipeline_run(run_id, status, tracking_uri=uri)
+    closed = None if store_missing(uri) else close_pipeline_run(run_id, status, tracking_uri=uri)
     if closed is None:
         log(f"{pipeline} {run_id}: {state}; no MLflow run to close (no task logged one)")
         return None

@@ -147,6 +147,12 @@ def restores_tracking_uri(func: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def store_missing(uri: str) -> bool:
+    """Whether ``uri`` names a SQLite store that does not exist yet: nothing was ever logged
+    there, and reading it would create an empty store."""
+    return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
+
+
 def _local_artifact_root(uri: str, experiment: str) -> str | None:
     """For a local SQLite store, ``mlartifacts/<experiment>`` next to the database (else None)."""
     if not uri.startswith("sqlite:///"):

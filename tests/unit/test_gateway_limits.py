@@ -447,6 +447,17 @@ def test_harmless_values_of_those_parameters_are_accepted(pool):
     assert run(go()).status_code == 200
 
 
+def streamed_answer(response) -> tuple[str, list[str | None]]:
+    """A streamed chat completion's content and the finish reasons of its chunks."""
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in response.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    return content, [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+
+
 def test_max_tokens_cuts_the_answer_with_finish_reason_length(pool):
     async def go():
         async with gateway(pool) as app:
@@ -467,13 +478,7 @@ def test_max_tokens_cuts_the_answer_with_finish_reason_length(pool):
         assert answer.startswith(choice["message"]["content"])
     assert roomy.json()["choices"][0]["message"]["content"] == answer
     assert roomy.json()["choices"][0]["finish_reason"] == "stop"
-    chunks = [
-        json.loads(line.removeprefix("data: "))
-        for line in streamed.text.splitlines()
-        if line.startswith("data: {")
-    ]
-    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    content, finish = streamed_answer(streamed)
     assert content.split() == answer.split()[:3] and finish[-1] == "length"
 
 
@@ -716,13 +721,7 @@ def test_stop_sequences_end_the_answer_before_them_streamed_or_not(pool):
     expected = answer[: answer.index(stop)]
     choice = stopped.json()["choices"][0]
     assert choice["message"]["content"] == expected and choice["finish_reason"] == "stop"
-    chunks = [
-        json.loads(line.removeprefix("data: "))
-        for line in streamed.text.splitlines()
-        if line.startswith("data: {")
-    ]
-    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    content, finish = streamed_answer(streamed)
     assert content == expected and finish[-1] == "stop"
     # the word limit cuts first when it comes first
     assert both.json()["choices"][0]["finish_reason"] == "length"
