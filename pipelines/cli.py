@@ -28,6 +28,18 @@ def command() -> None:
     """Kubeflow pipelines: compile them, run them locally, submit them to a cluster."""
 
 
+def _token(token_env: str | None) -> str | None:
+    """The bearer token in the variable ``--token-env`` names (None without the option)."""
+    if not token_env:
+        return None
+    import os
+
+    token = os.environ.get(token_env)
+    if not token:
+        raise ConfigError(f"--token-env: ${token_env} is not set")
+    return token
+
+
 @command.command("compile")
 @click.argument("names", nargs=-1, type=click.Choice(NAMES))
 @click.option(
@@ -115,15 +127,9 @@ def sandbox_policy_cmd(settings_path, pod_kind, namespace, service_account) -> N
 def close_stale_cmd(host, token_env, namespace) -> None:
     """Close the MLflow runs ($MLFLOW_TRACKING_URI) of pipeline runs that ended without their
     exit handler (terminated from the UI), asking Kubeflow Pipelines how each ended."""
-    import os
-
     from pipelines.submit import SubmitError, close_stale_runs
 
-    token = None
-    if token_env:
-        token = os.environ.get(token_env)
-        if not token:
-            raise ConfigError(f"--token-env: ${token_env} is not set")
+    token = _token(token_env)
     try:
         closed = close_stale_runs(
             host=host, existing_token=token, namespace=namespace, log=click.echo
@@ -247,15 +253,9 @@ def submit_cmd(
 ) -> None:
     """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.17 or
     newer: an older server is refused, one that reports no version gets a warning)."""
-    import os
-
     from pipelines.submit import submit
 
-    token = None
-    if token_env:
-        token = os.environ.get(token_env)
-        if not token:
-            raise ConfigError(f"--token-env: ${token_env} is not set")
+    token = _token(token_env)
     result = submit(
         package or COMPILED_DIR / f"{name}.yaml",
         host=host,
