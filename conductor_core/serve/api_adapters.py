@@ -24,7 +24,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conductor_core.serve.protocol import UNSUPPORTED_CODE, RequestError, check_values, decode_body
+from conductor_core.serve.protocol import (
+    RequestError,
+    check_values,
+    decode_body,
+    unsupported_parameter,
+)
 
 _REFUSED = {
     "tools": "the workflow calls no tools of the client",
@@ -41,13 +46,6 @@ class ResponseMeta:
     id: str
     model: str
     created_at: int
-
-
-def _refuse(param: str, why: str) -> RequestError:
-    return RequestError(
-        400, f"{param}: not supported by this server ({why}); omit it", param=param,
-        code=UNSUPPORTED_CODE,
-    )  # fmt: skip
 
 
 class _Part(BaseModel):
@@ -88,11 +86,13 @@ def chat_body(raw: bytes | str) -> tuple[bytes, bool]:
     body = decode_body(raw)
     for param, why in _REFUSED.items():
         if body.get(param):
-            raise _refuse(param, why)
+            raise unsupported_parameter(param, why)
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
     if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
-        raise _refuse("text.format", "the answer is free text; no JSON mode or schema")
+        raise unsupported_parameter(
+            "text.format", "the answer is free text; no JSON mode or schema"
+        )
     check_values(body)
     try:
         request = ResponsesRequest.model_validate(body)
@@ -377,7 +377,7 @@ def completions_chat_body(raw: bytes | str) -> tuple[bytes, bool]:
     body = decode_body(raw)
     for param, why in _COMPLETIONS_REFUSED.items():
         if body.get(param):
-            raise _refuse(param, why)
+            raise unsupported_parameter(param, why)
     check_values(body)
     try:
         request = CompletionsRequest.model_validate(body)

@@ -17,7 +17,6 @@ and every request is logged once (JSON when the CLI configured it) without keys 
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -450,7 +449,7 @@ def create_app(
             )
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
-        return JSONResponse(answer(json.loads(response.to_json_bytes())))
+        return JSONResponse(answer(response.to_json()))
 
     @app.post("/v1/responses")
     async def responses(request: fastapi.Request):

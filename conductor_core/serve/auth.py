@@ -221,9 +221,10 @@ class SpendQuota:
 
     def charge(self, caller: str, dollars: float) -> None:
         """Add ``dollars`` to what ``caller`` has spent in the current period."""
-        total = self.spent(caller) + max(0.0, dollars)
-        self._spent.pop(caller, None)
-        self._spent[caller] = (self._period(), total)
+        period = self._period()  # read once: a period boundary between two reads would carry
+        # the old period's dollars into the new one
+        was, spent = self._spent.pop(caller, (period, 0.0))
+        self._spent[caller] = (period, (spent if was == period else 0.0) + max(0.0, dollars))
         while len(self._spent) > self._max:
             self._spent.popitem(last=False)
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from conductor_core.serve.protocol import error_body
+
 __all__ = ["ALLOWED_ROUTES", "ModelPathFilter", "main"]
 
 logger = logging.getLogger("conductor.model_proxy")
@@ -73,9 +75,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 async def _answer(send: Send, status: int, message: str, code: str) -> None:
     """An OpenAI-format error response of the proxy itself."""
-    body = json.dumps(
-        {"error": {"message": message, "type": "invalid_request_error", "code": code}}
-    ).encode()
+    body = json.dumps(error_body(message, "invalid_request_error", code=code)).encode()
     await send(
         {
             "type": "http.response.start",

@@ -40,9 +40,9 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
-    model_validator,
 )
 
 MAX_SAMPLE_INDEX = 2**62
@@ -51,10 +51,14 @@ MAX_STOP_SEQUENCES = 4
 _STOP_SCHEMA = {
     "anyOf": [
         {"type": "string", "minLength": 1},
-        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "maxItems": MAX_STOP_SEQUENCES,
+        },
         {"type": "null"},
     ],
-    "description": "Up to 4 non-empty stop sequences.",
+    "description": f"Up to {MAX_STOP_SEQUENCES} non-empty stop sequences.",
 }
 MAX_TOKENS_LIMIT = 2**31
 
@@ -279,12 +283,12 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 def _assistant_content_may_be_null(schema: dict[str, Any]) -> None:
     """The published schema of a message: content null only in an assistant turn."""
     content = schema["properties"]["content"]
-    content["anyOf"] = [*content.get("anyOf", []), _NULL_SCHEMA]
-    schema["if"] = {"properties": {"content": _NULL_SCHEMA}, "required": ["content"]}
+    content["anyOf"] = [*content.get("anyOf", []), _NULL]
+    schema["if"] = {"properties": {"content": _NULL}, "required": ["content"]}
     schema["then"] = {"properties": {"role": {"const": "assistant"}}}
 
 
-_NULL_SCHEMA = {"type": "null"}
+_NULL = {"type": "null"}
 
 
 class ChatMessage(OpenAIBaseModel):
@@ -298,18 +302,13 @@ class ChatMessage(OpenAIBaseModel):
 
     model_config = ConfigDict(json_schema_extra=_assistant_content_may_be_null)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _assistant_null(cls, value: Any) -> Any:
-        # OpenAI's API lets an assistant turn carry content null; clients replaying a history
-        # send it so. Any other role still needs its text.
-        if isinstance(value, dict) and value.get("role") == "assistant" and "content" in value:
-            return {**value, "content": ""} if value["content"] is None else value
-        return value
-
     @field_validator("content", mode="before")
     @classmethod
-    def _flatten(cls, value: Any) -> str:
+    def _flatten(cls, value: Any, info: ValidationInfo) -> str:
+        # OpenAI's API lets an assistant turn carry content null; clients replaying a history
+        # send it so. Any other role still needs its text.
+        if value is None and info.data.get("role") == "assistant":
+            return ""
         return flatten_content(value)
 
 
@@ -499,16 +498,8 @@ class UnsupportedParameter:
     reason: str
 
 
-_NULL = {"type": "null"}
-
-
 def _none_or(*values: Any) -> Callable[[Any], bool]:
     return lambda value: value is None or any(value == v and type(value) is type(v) for v in values)
-
-
-def _none_or_empty(value: Any) -> bool:
-    """None or an empty list: what clients send for "no tools" by default (LangChain, lm-eval)."""
-    return value is None or value == []
 
 
 _EMPTY_OR_NULL = {"anyOf": [{"type": "array", "maxItems": 0}, _NULL]}
@@ -517,12 +508,12 @@ _EMPTY_OR_NULL = {"anyOf": [{"type": "array", "maxItems": 0}, _NULL]}
 UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
     UnsupportedParameter(
         "n",
-        lambda v: v is None or v == 1,
+        _none_or(1),
         {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 1}, _NULL]},
         "one answer per request",
     ),
     UnsupportedParameter(
-        "tools", _none_or_empty, _EMPTY_OR_NULL, "the workflow calls no tools of the client"
+        "tools", _none_or([]), _EMPTY_OR_NULL, "the workflow calls no tools of the client"
     ),
     UnsupportedParameter(
         "tool_choice",
@@ -532,7 +523,7 @@ UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
     ),
     UnsupportedParameter(
         "functions",
-        _none_or_empty,
+        _none_or([]),  # [] is what LangChain and lm-eval send for "no tools"
         _EMPTY_OR_NULL,
         "the workflow calls no functions of the client",
     ),
@@ -576,6 +567,16 @@ UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
 """The parameters :func:`refuse_unsupported` checks, in the order it checks them."""
 
 
+def unsupported_parameter(param: str, why: str) -> RequestError:
+    """The 400 ``unsupported_parameter`` refusing ``param``, saying ``why``."""
+    return RequestError(
+        400,
+        f"{param}: not supported by this server ({why}); omit it",
+        param=param,
+        code=UNSUPPORTED_CODE,
+    )
+
+
 def refuse_unsupported(request: ChatCompletionRequest) -> None:
     """Refuse a request that asks for an OpenAI feature the gateway does not provide, rather than
     answer it as if the parameter had not been sent.
@@ -585,12 +586,7 @@ def refuse_unsupported(request: ChatCompletionRequest) -> None:
     """
     for item in UNSUPPORTED_PARAMETERS:
         if not item.allowed(getattr(request, item.name)):
-            raise RequestError(
-                400,
-                f"{item.name}: not supported by this server ({item.reason}); omit it",
-                param=item.name,
-                code=UNSUPPORTED_CODE,
-            )
+            raise unsupported_parameter(item.name, item.reason)
 
 
 def _printable(part: Any) -> str:
