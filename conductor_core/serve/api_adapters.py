@@ -25,10 +25,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conductor_core.serve.protocol import (
+    ChatCompletionRequest,
     RequestError,
     check_values,
     decode_body,
     unsupported_parameter,
+    validate_chat_request,
 )
 
 _REFUSED = {
@@ -76,8 +78,8 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
 
 
-def chat_body(raw: bytes | str) -> tuple[bytes, bool]:
-    """The chat-completions body a ``/v1/responses`` body stands for, and whether it streams.
+def chat_request(raw: bytes | str) -> ChatCompletionRequest:
+    """The chat-completions request a ``/v1/responses`` body stands for.
 
     Raises:
         RequestError: 400 when the body is not a JSON object, a field is invalid (``param``
@@ -128,7 +130,7 @@ def chat_body(raw: bytes | str) -> tuple[bytes, bool]:
             chat[theirs] = body[ours]
     if request.stream:  # the usage goes into response.completed
         chat["stream_options"] = {"include_usage": True}
-    return json.dumps(chat).encode(), bool(request.stream)
+    return validate_chat_request(chat)
 
 
 REQUEST_SCHEMA: dict[str, Any] = {  # what ResponsesRequest accepts, as published
@@ -370,10 +372,9 @@ _COMPLETIONS_REFUSED = {
 }
 
 
-def completions_chat_body(raw: bytes | str) -> tuple[bytes, bool]:
-    """The chat-completions body a ``/v1/completions`` body stands for, and whether it streams
-    (the chat body passes the other fields on, so that ``n``, ``stop`` and the rest are checked
-    as there)."""
+def completions_chat_request(raw: bytes | str) -> ChatCompletionRequest:
+    """The chat-completions request a ``/v1/completions`` body stands for (the other fields are
+    passed on, so that ``n``, ``stop`` and the rest are checked as there)."""
     body = decode_body(raw)
     for param, why in _COMPLETIONS_REFUSED.items():
         if body.get(param):
@@ -387,7 +388,7 @@ def completions_chat_body(raw: bytes | str) -> tuple[bytes, bool]:
         raise RequestError(400, f"{where}: {first['msg']}", param=where or None) from None
     chat = {k: v for k, v in body.items() if k not in ("prompt", *_COMPLETIONS_REFUSED)}
     chat["messages"] = [{"role": "user", "content": request.prompt}]
-    return json.dumps(chat).encode(), bool(request.stream)
+    return validate_chat_request(chat)
 
 
 def completion_from_chat(completion: dict[str, Any]) -> dict[str, Any]:

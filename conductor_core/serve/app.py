@@ -402,62 +402,48 @@ def create_app(
         card = ModelCard(id=config.model_name, created=created, owned_by="conductor")
         return json_response(ModelList(data=[card]).to_json_bytes())
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: fastapi.Request):
+    async def solve(
+        request: fastapi.Request,
+        parse: Callable[[bytes], Any],
+        events: Callable[[Any], Any] | None = None,
+        answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ):
+        """Solve a request as a chat completion: ``parse`` turns the body into the chat request
+        it stands for; a streamed answer's chat events go through ``events``, a finished chat
+        completion (its JSON) through ``answer`` (None: as they are, the chat API's own)."""
         caller = guard(request)
         serving = request.app.state.serving
         raw = await read_body(
             request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
         )
-        body = parse_chat_request(raw)
+        body = parse(raw)
         job = serving.prepare(body, request.state.request_id, caller)
         slot = concurrency.acquire(caller)  # a slot only for a request that will run
         if body.stream:
+            stream = serving.stream_chat_completion(job)
             return SlotStreamingResponse(
-                serving.stream_chat_completion(job),
+                events(stream) if events else stream,
                 slot,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         with slot:
             response = await serving.chat_completion(job, client_gone(request.receive))
-        return json_response(response.to_json_bytes())
-
-    async def solve_as_chat(
-        request: fastapi.Request,
-        translate: Callable[[bytes], tuple[bytes, bool]],
-        events: Callable[[Any], Any],
-        answer: Callable[[dict[str, Any]], dict[str, Any]],
-    ):
-        """Another OpenAI API solved as the chat completion it stands for: ``translate`` turns
-        its body into a chat body (and whether it streams), ``events`` the chat stream into its
-        own, ``answer`` a finished chat completion (JSON) into its own object."""
-        caller = guard(request)
-        serving = request.app.state.serving
-        raw = await read_body(
-            request, config.max_body_bytes, config.body_timeout_s, count_body_timeout
-        )
-        chat, streamed = translate(raw)
-        job = serving.prepare(parse_chat_request(chat), request.state.request_id, caller)
-        slot = concurrency.acquire(caller)
-        if streamed:
-            return SlotStreamingResponse(
-                events(serving.stream_chat_completion(job)),
-                slot,
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        with slot:
-            response = await serving.chat_completion(job, client_gone(request.receive))
+        if answer is None:
+            return json_response(response.to_json_bytes())
         return JSONResponse(answer(response.to_json()))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: fastapi.Request):
+        return await solve(request, parse_chat_request)
 
     @app.post("/v1/responses")
     async def responses(request: fastapi.Request):
         """OpenAI's Responses API, text only (:mod:`conductor_core.serve.api_adapters`)."""
         meta = api_adapters.new_meta(config.model_name)
-        return await solve_as_chat(
+        return await solve(
             request,
-            api_adapters.chat_body,
+            api_adapters.chat_request,
             lambda stream: api_adapters.response_events(meta, stream),
             lambda completion: api_adapters.from_chat_completion(meta, completion),
         )
@@ -465,9 +451,9 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: fastapi.Request):
         """The legacy completions API, text only: the prompt asked as a chat completion."""
-        return await solve_as_chat(
+        return await solve(
             request,
-            api_adapters.completions_chat_body,
+            api_adapters.completions_chat_request,
             api_adapters.completion_events,
             api_adapters.completion_from_chat,
         )

@@ -666,10 +666,20 @@ def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
     Raises:
         RequestError: 400 when the body is not JSON, not an object, holds a string that is not
             valid Unicode or a number that is not finite (:func:`check_values`), or a field is
-            invalid; the message names every invalid field and ``param`` the first.
+            invalid (:func:`validate_chat_request`).
     """
     body = decode_body(raw)
     check_values(body)
+    return validate_chat_request(body)
+
+
+def validate_chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
+    """A decoded chat-completions body, validated (its values already checked by
+    :func:`check_values`, as :func:`parse_chat_request` and the adapted APIs do).
+
+    Raises:
+        RequestError: 400 naming every invalid field and ``param`` the first.
+    """
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
