@@ -66,8 +66,11 @@ class _Message(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    """A ``POST /v1/responses`` body: the fields read (others are kept and not applied, as the
-    chat path keeps them); validated strictly, as :data:`REQUEST_SCHEMA` publishes it."""
+    """OpenAI's Responses API, text only: solved as the chat completion it stands for
+    (`instructions` a system message, `input` the conversation, `max_output_tokens` as
+    max_tokens); other fields are kept and not applied, as the chat path keeps them. `tools`,
+    `previous_response_id`, `prompt` and a `text.format` other than text are refused by name.
+    (The gateway's OpenAPI description publishes this model's schema.)"""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
@@ -133,53 +136,6 @@ def chat_request(raw: bytes | str) -> ChatCompletionRequest:
     return validate_chat_request(chat)
 
 
-REQUEST_SCHEMA: dict[str, Any] = {  # what ResponsesRequest accepts, as published
-    "type": "object",
-    "description": "OpenAI's Responses API, text only: solved as the chat completion it stands "
-    "for (`instructions` a system message, `input` the conversation, `max_output_tokens` "
-    "max_tokens). `tools`, `previous_response_id`, `prompt` and a `text.format` other than "
-    "text are refused by name.",
-    "properties": {
-        "model": {"type": "string"},
-        "input": {
-            "anyOf": [
-                {"type": "string"},
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "type": {"const": "message"},
-                            "role": {"enum": ["system", "developer", "user", "assistant"]},
-                            "content": {
-                                "anyOf": [
-                                    {"type": "string"},
-                                    {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "properties": {
-                                                "type": {"enum": ["input_text", "output_text"]},
-                                                "text": {"type": "string"},
-                                            },
-                                            "required": ["type", "text"],
-                                        },
-                                    },
-                                ]
-                            },
-                        },
-                        "required": ["role", "content"],
-                    },
-                    "minItems": 1,
-                },
-            ]
-        },
-        "instructions": {"type": ["string", "null"]},
-        "stream": {"type": ["boolean", "null"]},
-        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
-    },
-    "required": ["input"],
-}
 RESPONSE_SCHEMA: dict[str, Any] = {  # a response object, in short
     "type": "object",
     "properties": {
@@ -340,7 +296,8 @@ async def response_events(meta: ResponseMeta, chat_sse: AsyncIterator[str]) -> A
 
 
 class CompletionsRequest(BaseModel):
-    """A ``POST /v1/completions`` body: the prompt is the question (one prompt; text only)."""
+    """The legacy completions API, text only: the prompt is asked as the question of a chat
+    completion (one prompt); `suffix`, `echo`, `logprobs` and `best_of` are refused by name."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
@@ -349,20 +306,6 @@ class CompletionsRequest(BaseModel):
     stream: bool | None = None
     max_tokens: int | None = Field(default=None, ge=1)
 
-
-COMPLETIONS_REQUEST_SCHEMA: dict[str, Any] = {  # what CompletionsRequest accepts, as published
-    "type": "object",
-    "description": "The legacy completions API, text only: the prompt is asked as the question "
-    "of a chat completion (one prompt; `suffix`, `echo`, `logprobs`, `best_of` and `n` other "
-    "than 1 are refused by name).",
-    "properties": {
-        "model": {"type": "string"},
-        "prompt": {"type": "string"},
-        "stream": {"type": ["boolean", "null"]},
-        "max_tokens": {"type": ["integer", "null"], "minimum": 1},
-    },
-    "required": ["prompt"],
-}
 
 _COMPLETIONS_REFUSED = {
     "suffix": "the answer is not an insertion",

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conductor_core.serve.api_adapters import (
-    COMPLETIONS_REQUEST_SCHEMA,
-    REQUEST_SCHEMA,
-    RESPONSE_SCHEMA,
-)
+from conductor_core.serve.api_adapters import RESPONSE_SCHEMA, CompletionsRequest, ResponsesRequest
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.protocol import (
     RETRYABLE_STATUSES,
@@ -75,6 +71,8 @@ def openapi_description(
     refs, defs = models_json_schema(
         [
             (ChatCompletionRequest, "validation"),
+            (ResponsesRequest, "validation"),
+            (CompletionsRequest, "validation"),
             (ChatCompletionResponse, "serialization"),
             (ModelList, "serialization"),
             (ErrorResponse, "serialization"),
@@ -82,6 +80,8 @@ def openapi_description(
         ref_template="#/components/schemas/{model}",
     )
     request_ref = refs[(ChatCompletionRequest, "validation")]
+    responses_ref = refs[(ResponsesRequest, "validation")]
+    completions_ref = refs[(CompletionsRequest, "validation")]
     response_ref = refs[(ChatCompletionResponse, "serialization")]
     models_ref = refs[(ModelList, "serialization")]
     error_ref = refs[(ErrorResponse, "serialization")]
@@ -242,11 +242,8 @@ def openapi_description(
             request_ref,
             {"model": config.model_name, "messages": [{"role": "user", "content": question}]},
         ),
-        "/v1/completions": (
-            COMPLETIONS_REQUEST_SCHEMA,
-            {"model": config.model_name, "prompt": question},
-        ),
-        "/v1/responses": (REQUEST_SCHEMA, {"model": config.model_name, "input": question}),
+        "/v1/completions": (completions_ref, {"model": config.model_name, "prompt": question}),
+        "/v1/responses": (responses_ref, {"model": config.model_name, "input": question}),
     }
     for (path, method), responses in operations.items():
         operation = dict(paths.get(path, {}).get(method, {}))
