@@ -271,7 +271,7 @@ def close_stale_runs(
     -> KILLED, ``FAILED`` -> FAILED. A run still going, one the server does not know (a local
     run's, a deleted one: named in ``log``) and one it cannot be asked about stay open.
     Returns ``(KFP run id, MLflow status)`` of every run closed."""
-    from conductor_core.pipeline_tasks.context import KFP_FINAL_STATES
+    from conductor_core.pipeline_tasks.context import mlflow_status
     from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
 
     host = _normalise_host(host)
@@ -291,7 +291,7 @@ def close_stale_runs(
             log(f"{kfp_run_id}: left open ({exc})")
             return None
         state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
-        return None if state in RUN_STATES_GOING else KFP_FINAL_STATES.get(state, "FAILED")
+        return None if state in RUN_STATES_GOING else mlflow_status(state)
 
     return close_stale_pipeline_runs(ended, tracking_uri=tracking_uri)
 

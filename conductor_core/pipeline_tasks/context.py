@@ -84,6 +84,11 @@ every spelling a backend or the local runner passes; every other state (``FAILED
 a task still ``RUNNING``...) ends the runs ``FAILED``."""
 
 
+def mlflow_status(state: str) -> str:
+    """MLflow's status for a KFP final state (:data:`KFP_FINAL_STATES`; any other: FAILED)."""
+    return KFP_FINAL_STATES.get(state.strip().upper(), "FAILED")
+
+
 def close_parent_run(
     run_id: str,
     pipeline: str,
@@ -102,7 +107,7 @@ def close_parent_run(
     from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri
     from conductor_core.track.pipeline_runs import close_pipeline_run
 
-    status = KFP_FINAL_STATES.get(state.strip().upper(), "FAILED")
+    status = mlflow_status(state)
     uri = tracking_uri or default_tracking_uri()
     closed = None if store_missing(uri) else close_pipeline_run(run_id, status, tracking_uri=uri)
     if closed is None:

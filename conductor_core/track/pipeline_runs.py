@@ -238,15 +238,21 @@ def close_pipeline_run(
     if not parents:
         return None
     parent = parents[0].info.run_id
+    return parent, _terminate(client, exp.experiment_id, parent, status)
+
+
+def _terminate(client: Any, experiment_id: str, parent: str, status: str) -> int:
+    """End the parent run ``parent`` and every run of it still RUNNING with ``status``; returns
+    how many of its runs were ended."""
     running = client.search_runs(
-        [exp.experiment_id],
+        [experiment_id],
         filter_string=f"{tag_filter({TAG_PIPELINE_RUN: parent})} and attributes.status = 'RUNNING'",
         max_results=1000,
     )
     for run in running:
         client.set_terminated(run.info.run_id, status=status)
     client.set_terminated(parent, status=status)
-    return parent, len(running)
+    return len(running)
 
 
 @restores_tracking_uri
@@ -276,9 +282,8 @@ def close_stale_pipeline_runs(
     for run in running:
         kfp_run_id = run.data.tags.get(TAG_KFP_RUN_ID)
         status = ended(kfp_run_id) if kfp_run_id else None
-        if status is not None and close_pipeline_run(
-            kfp_run_id, status, experiment=experiment, tracking_uri=tracking_uri
-        ):
+        if status is not None:
+            _terminate(client, exp.experiment_id, run.info.run_id, status)
             closed.append((kfp_run_id, status))
     return closed
 
