@@ -44,10 +44,10 @@ def admission_policy(
         )
     if not namespace:
         raise ConfigError("sandbox policy: give the pipeline's namespace")
-    patch = {k: v for k, v in fields.items() if k != "containers"}
-    container: dict[str, Any] = dict(sandbox.container_security_context())
-    if sandbox.seccomp_profile is not None:
-        container["seccompProfile"] = sandbox.seccomp_profile.as_k8s()
+    patch = dict(fields)
+    container = dict(patch.pop("containers", [{}])[0].get("securityContext", {}))
+    if "seccompProfile" in patch.get("securityContext", {}):
+        container["seccompProfile"] = patch["securityContext"]["seccompProfile"]
     if container:
         patch["containers"] = [{"name": KFP_CONTAINER, "securityContext": container}]
     rule: dict[str, Any] = {
