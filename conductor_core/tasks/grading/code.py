@@ -30,6 +30,7 @@ read the answers nor forge the report nor pass with an object that equals everyt
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -99,6 +100,7 @@ def _compiles(source: str) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1024)  # every answer to a problem grades against its one prompt
 def prompt_stub(prompt: str | None) -> str | None:
     """The code prompt with ``pass`` as the open function's body, when that compiles: its
     imports and helpers (e.g. HumanEval's ``poly``), which the program and the tests may use."""
@@ -106,6 +108,12 @@ def prompt_stub(prompt: str | None) -> str | None:
         return None
     stub = prompt.rstrip("\n") + "\n    pass\n"
     return stub if _compiles(stub) else None
+
+
+@functools.cache
+def _driver_source() -> str:
+    """The grading driver's source, read once per process."""
+    return _DRIVER.read_text(encoding="utf-8")
 
 
 def calibrate(program: str, prompt: str | None, entry_point: str | None) -> str:
@@ -159,7 +167,7 @@ def prepare(
         file_size_mb=max(16, int(size_mb) + 8),
     )
     return PreparedRun(
-        code=_DRIVER.read_text(encoding="utf-8"),
+        code=_driver_source(),
         stdin=stdin,
         files={"solution.py": program},
         limits=limits,

@@ -46,7 +46,8 @@ ENV_TAGS = ("env-allowlist", "host-environ-unreadable")
 # seal-check (lists joined with os.pathsep). With seal-check 1 (unshare, rlimits: the host's
 # /proc is shared or mounted beneath the run's) the run stops before the program when it would
 # hold a capability or could read its parent's environment: build_plan's seal verified on
-# every run, not assumed.
+# every run, not assumed. (Under unshare the bootstrap is PID 1 of its namespace, its parent 0:
+# there the capability test is the one that bites; the environ probe is rlimits' check.)
 BOOTSTRAP = r"""
 import os, resource, sys
 _uid, _nproc, _marker = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -235,6 +236,7 @@ def landlock_abi() -> int:
     return max(0, int(version))
 
 
+@functools.cache  # the same seal for every run of the process: built once
 def _sealer(*, drop_caps: bool, landlock: bool) -> Callable[[], None]:
     """The rlimits mode's seal, run in the forked child before exec (everything it needs is
     computed here, in the parent).
