@@ -75,11 +75,11 @@ def load_inputs(config: StageConfig):
         # A job on another machine (a TrainJob node) reads the dataset its launcher uploaded.
         from conductor_core.track.storage import Storage, local_target
 
-        key = split_s3(str(problems_path))[1]
+        bucket, key = split_s3(str(problems_path))
         local = local_target(config.output_path() / "data", key.rsplit("/", 1)[-1])
         if not local.is_file():
             local.parent.mkdir(parents=True, exist_ok=True)
-            Storage().client.download_file(*split_s3(str(problems_path)), str(local))
+            Storage().client.download_file(bucket, key, str(local))
         problems_path = local
     pool_path = bundled_train_pool_path() if spec.pool == "bundled" else spec.pool
     problems = read_problems(problems_path)

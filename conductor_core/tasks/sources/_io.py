@@ -14,7 +14,7 @@ import json
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -56,12 +56,10 @@ def hub_override(default: HubRef, options: dict[str, Any]) -> HubRef:
     revision = options.pop("hf_revision", None) or default.revision
     if repo is None and config == default.config and revision == default.revision:
         return default
-    return HubRef(
-        repo or default.repo,
-        config,
-        default.split,
-        default.data_files,
-        default.gated,
+    return replace(
+        default,
+        repo=repo or default.repo,
+        config=config,
         revision=str(revision) if revision is not None else None,
     )
 
