@@ -40,11 +40,17 @@ EVALS: dict[str, list[str]] = {
 """The two question sets, as `conductor eval run` arguments."""
 
 
+class CommandFailed(Exception):
+    """A `conductor` command of the bench failed (its own output said why)."""
+
+
 def conductor(*args: str) -> None:
     """Run one `conductor` command, its output streamed to stderr as progress."""
     cmd = [sys.executable, "-m", "conductor_core", *args]
     print("$ conductor " + " ".join(args), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+    done = subprocess.run(cmd, check=False, stdout=sys.stderr, cwd=ROOT)
+    if done.returncode:
+        raise CommandFailed(f"conductor {args[0]} {args[1]} exited {done.returncode} (above)")
 
 
 def evaluate(model: str, name: str, out: Path, *, grammar: bool, baselines: bool = False) -> dict:
@@ -192,4 +198,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except CommandFailed as exc:  # the command printed its reason; the bench says which one
+        print(f"error: {exc}; finished runs are kept: a rerun picks up there", file=sys.stderr)
+        raise SystemExit(2) from None
