@@ -79,12 +79,23 @@ class Rehearsal:
 
 
 def compiled_pipeline(path: Path) -> Any:
-    """The pipeline of a compiled YAML file, callable under ``kfp.local``."""
+    """The pipeline of a compiled YAML file, callable under ``kfp.local``, with every task but
+    its exit handler cached in KFP's local cache (``local_resume.cache_every_task``: what lets
+    a ``--resume`` reuse the tasks a run finished, as KFP's Retry does on a cluster)."""
+    import yaml
+    from google.protobuf import json_format
     from kfp import components
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    from pipelines.local_resume import cache_every_task
 
     if not path.is_file():
         raise ConductorError(f"no compiled pipeline at {path}: run `conductor pipeline compile`")
-    return components.load_component_from_file(str(path))
+    docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    spec = json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec())
+    cache_every_task(spec)
+    docs[0] = json_format.MessageToDict(spec)
+    return components.load_component_from_text(yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def pipeline_images(path: Path) -> tuple[list[str], list[str]]:
@@ -293,9 +304,10 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
         )
     rid = uuid.uuid4().hex[:12]
     given_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-    given_endpoint = next((os.environ[k] for k in ENDPOINT_ENVS if os.environ.get(k)), "")
+    given_endpoint = _given_endpoint()
     with contextlib.ExitStack() as stack:
-        if given_uri and given_endpoint:
+        stack.enter_context(_exit_codes_kept())
+        if given_services():
             s3_env = {k: os.environ[k] for k in _S3_ENVS if os.environ.get(k)}
             s3_env.update({k: given_endpoint for k in ENDPOINT_ENVS})
             tracking_uri = store_uri = given_uri
@@ -348,6 +360,64 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
 
 
 _S3_ENVS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+
+
+def _given_endpoint() -> str:
+    return next((os.environ[k] for k in ENDPOINT_ENVS if os.environ.get(k)), "")
+
+
+def given_services() -> bool:
+    """Whether this process names the MLflow server and S3 endpoint a rehearsal's tasks use
+    (``MLFLOW_TRACKING_URI`` and an S3 endpoint), as a cluster gives them: they outlive the
+    rehearsal, so that a killed one can be resumed. Otherwise it starts its own on loopback,
+    and its S3 (in memory) ends with it."""
+    return bool(os.environ.get("MLFLOW_TRACKING_URI") and _given_endpoint())
+
+
+@contextlib.contextmanager
+def _exit_codes_kept() -> Iterator[None]:
+    """Make KFP's DockerRunner read each task container's exit code before the container is
+    removed.
+
+    kfp 2.17 starts a task's container with ``auto_remove`` and, when the engine has removed it
+    before it asks for the exit code, takes the task for a success; a container killed from
+    outside (``docker kill``, the OOM killer) exits and is removed at once, so its task could
+    pass without outputs and be cached as finished. Here its containers are kept until their
+    exit code is read (``docker_task_handler.run_docker_container`` given a client whose
+    containers are not auto-removed), then removed.
+    """
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.run_docker_container
+
+    def run_kept(client: Any, *args: Any, **kwargs: Any) -> int:
+        started: list[Any] = []
+        try:
+            return original(_KeptContainers(client, started), *args, **kwargs)
+        finally:
+            for container in started:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+
+    docker_task_handler.run_docker_container = run_kept
+    try:
+        yield
+    finally:
+        docker_task_handler.run_docker_container = original
+
+
+class _KeptContainers:
+    """A Docker client whose ``containers.run`` never auto-removes, recording what it starts."""
+
+    def __init__(self, client: Any, started: list[Any]) -> None:
+        self.images = client.images
+        self.containers = self
+        self._client, self._started = client, started
+
+    def run(self, **kwargs: Any) -> Any:
+        container = self._client.containers.run(**{**kwargs, "auto_remove": False})
+        self._started.append(container)
+        return container
 
 
 def writable_pipeline_root(path: Path) -> Path:

@@ -243,9 +243,11 @@ def _backend(name: str, root: Path, kfp_root: Path, containers: bool):
     if not containers:
         import kfp.local
 
+        from pipelines.local_resume import cache_every_task
         from pipelines.registry import build
 
         pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
+        cache_every_task(pipeline.pipeline_spec)
         own_store = not os.environ.get("MLFLOW_TRACKING_URI")
         with _embedded_environment(root):
             yield _Backend(
@@ -301,8 +303,8 @@ def run_local(
     """
     import kfp.local
 
+    from pipelines.containers import given_services
     from pipelines.local_resume import (
-        cache_every_task,
         cached_run_dirs,
         find_record,
         fixed_run_id,
@@ -313,15 +315,26 @@ def run_local(
 
     say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     root = Path(root).expanduser().resolve()
-    if resume and containers:
-        raise ConfigError("--resume takes up a --local run; a --docker run starts afresh")
+    backend_name = "docker" if containers else "local"
+    resumable = not containers or given_services()
+    if resume and not resumable:
+        raise ConfigError(
+            "--resume of a --docker run needs the MLflow server and S3 endpoint it ran with "
+            "(MLFLOW_TRACKING_URI and an S3 endpoint, as on a cluster): a run that started its "
+            "own on loopback lost its S3 when it ended"
+        )
     if resume:
         record = find_record(root, name, resume if isinstance(resume, str) else None)
-        params = resumed_params(record, params or {})
+        params = resumed_params(record, params or {}, backend_name)
         say(f"resuming {name} run {record.run_id} (started {record.started})")
     else:
-        record = new_record(root, name, params or {})
-        say(f"{name} run {record.run_id} (if it is killed: the same command with --resume)")
+        record = new_record(root, name, params or {}, backend_name)
+        how = (
+            "the same command with --resume"
+            if resumable
+            else "it starts afresh: its own loopback S3 ends with it"
+        )
+        say(f"{name} run {record.run_id} (if it is killed: {how})")
     kfp_root = root / "kfp"
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -380,8 +393,6 @@ def run_local(
             enable_caching=True,
             cache_root=str(record.cache_root(root)),
         )
-        if not containers:
-            cache_every_task(backend.pipeline)
         watcher = _TaskWatcher(log, on_event)
         stdout = sys.stdout
         sys.stdout = _Tee(watcher, stdout) if verbose else watcher  # type: ignore[assignment]

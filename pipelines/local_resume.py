@@ -10,7 +10,10 @@ cache: a task whose inputs match a finished one is answered from the cache inste
 again; the interrupted task runs again, and a training stage finds its checkpoints under the
 same run id in the artifact root; the tasks find the same MLflow parent run by the run id.
 
-Local runs only: on a cluster, KFP's own "Retry" re-runs what did not finish.
+A ``--docker`` run (the cluster rehearsal) resumes the same way when its S3 and MLflow outlive
+it (given by ``MLFLOW_TRACKING_URI`` and an S3 endpoint, as a cluster's do): the rehearsal of KFP's
+"Retry", which on a cluster re-runs only what did not finish. A run resumes only on the backend
+it ran on: the two cache the same tasks with outputs of different kinds.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class RunRecord:
     params: dict[str, Any]
     """The parameters given to the run (the pipeline's defaults fill in the rest)."""
     started: str
+    backend: str = "local"
+    """``local`` (tasks in this Python) or ``docker`` (the compiled pipeline in containers)."""
 
     def cache_root(self, root: Path) -> Path:
         """This run's task cache under ``root``."""
@@ -55,13 +60,17 @@ def _plain(params: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(params), default=str))
 
 
-def new_record(root: Path, pipeline: str, params: Mapping[str, Any]) -> RunRecord:
-    """Draw a run id for a new local run of ``pipeline`` and write its record under ``root``."""
+def new_record(
+    root: Path, pipeline: str, params: Mapping[str, Any], backend: str = "local"
+) -> RunRecord:
+    """Draw a run id for a new run of ``pipeline`` on ``backend`` and write its record under
+    ``root``."""
     record = RunRecord(
         pipeline=pipeline,
         run_id=f"local-{secrets.token_hex(6)}",
         params=_plain(params),
         started=datetime.now(UTC).isoformat(),  # sortable, to the microsecond
+        backend=backend,
     )
     folder = root / RECORDS
     folder.mkdir(parents=True, exist_ok=True)
@@ -91,10 +100,17 @@ def find_record(root: Path, pipeline: str, run: str | None = None) -> RunRecord:
     return max(mine, key=lambda r: r.started)
 
 
-def resumed_params(record: RunRecord, given: Mapping[str, Any]) -> dict[str, Any]:
+def resumed_params(
+    record: RunRecord, given: Mapping[str, Any], backend: str = "local"
+) -> dict[str, Any]:
     """The parameters of the resumed run: the recorded ones. A parameter given now must be the
-    same; a different one is a :class:`ConfigError` naming it (the finished tasks were computed
-    with the recorded value)."""
+    same, and so must the backend; a difference is a :class:`ConfigError` naming it (the
+    finished tasks were computed with the recorded values)."""
+    if record.backend != backend:
+        raise ConfigError(
+            f"--resume {record.run_id}: that run ran with --{record.backend}; resume it with "
+            f"--{record.backend} (its finished tasks' outputs are {record.backend}'s)"
+        )
     given = _plain(given)
     changed = [
         f"{key}={given[key]!r} (the run had {record.params.get(key, '<its default>')!r})"
@@ -130,16 +146,13 @@ def fixed_run_id(run_id: str) -> Iterator[None]:
         pipeline_orchestrator.placeholder_utils = placeholder_utils
 
 
-def cache_every_task(pipeline: Any) -> None:
-    """Let KFP's local cache keep every task of ``pipeline`` (a built pipeline, changed in
-    place) but its exit handler, which must run to close the run: tasks with side effects
-    (training, registration) are uncached on a cluster, and a resumed run must still reuse
-    them once they finished."""
+def cache_every_task(spec: Any) -> None:
+    """Let KFP's local cache keep every task of pipeline spec ``spec`` (a ``PipelineSpec``,
+    changed in place) but its exit handler, which must run to close the run: tasks with side
+    effects (training, registration) are uncached on a cluster, and a resumed run must still
+    reuse them once they finished."""
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    spec = getattr(pipeline, "pipeline_spec", None)
-    if spec is None:  # not a built KFP pipeline (a test's callable): nothing to mark
-        return
     exit_strategy = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.ALL_UPSTREAM_TASKS_COMPLETED
     for component in [spec.root, *spec.components.values()]:
         for task in component.dag.tasks.values():

@@ -167,15 +167,23 @@ class Storage:
 
     # -- public API -------------------------------------------------------------------------
 
-    def upload_dir(self, local: str | Path, uri: str, *, mark_complete: bool = True) -> int:
+    def upload_dir(
+        self, local: str | Path, uri: str, *, mark_complete: bool = True, last: str = ""
+    ) -> int:
         """Copy every file under ``local`` to ``uri`` (a folder), then write the marker.
 
-        Returns the number of files copied (the marker not counted). ``uri`` may be local.
+        ``last``: the name of a top-level file copied after all the others, for a folder whose
+        readers take that file as its completeness marker (a trainer checkpoint's state): a copy
+        cut short leaves the folder without it. Returns the number of files copied (the marker
+        not counted). ``uri`` may be local.
         """
         src = Path(local)
         if not src.is_dir():
             raise ConfigError(f"upload_dir: {src} is not a folder")
-        files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER)
+        files = sorted(
+            (p for p in src.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER),
+            key=lambda p: (p == src / last, p),
+        )
         if not is_s3(uri):
             return self._copy_local(src, _local(uri), files, mark_complete)
         bucket, prefix = split_s3(uri)

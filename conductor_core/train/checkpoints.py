@@ -36,8 +36,10 @@ def s3_client() -> Any:
 
 
 def upload_dir(local: str | Path, uri: str, client: Any = None) -> int:
-    """Upload every file under ``local`` to ``uri`` (keeping relative paths); returns the count."""
-    return Storage(client).upload_dir(local, uri, mark_complete=False)
+    """Upload every file under ``local`` to ``uri`` (keeping relative paths), the trainer's
+    state last (it marks a checkpoint complete: an upload cut short is not resumed from);
+    returns the count."""
+    return Storage(client).upload_dir(local, uri, mark_complete=False, last=TRAINER_STATE)
 
 
 def latest_remote_checkpoint(uri: str, client: Any = None) -> str | None:

@@ -151,6 +151,8 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
     import builtins
     import logging
 
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
     import pipelines.registry
     from pipelines.local import run_local
 
@@ -165,6 +167,7 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
         root.setLevel(logging.INFO if level != logging.INFO else logging.DEBUG)
         raise RuntimeError("task failed")
 
+    leaky_pipeline.pipeline_spec = pipeline_spec_pb2.PipelineSpec()  # as a built one has
     monkeypatch.setattr(pipelines.registry, "build", lambda *a, **k: leaky_pipeline)
     result = run_local("training", root=tmp_path, echo=lambda _: None)
     assert not result.ok and result.run_dir is None

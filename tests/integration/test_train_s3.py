@@ -42,6 +42,35 @@ def test_storage_round_trip(s3, base, tmp_path):
     assert checkpoints.last_local_checkpoint(tmp_path / "dl") == got
 
 
+def test_an_upload_cut_short_leaves_no_checkpoint_to_resume_from(s3, base, tmp_path):
+    """The trainer's state marks a checkpoint complete, so it goes up last: an upload killed
+    after any other file (``vocab.json`` sorts after it) is not taken for a checkpoint."""
+    from conductor_core.train import checkpoints
+
+    d = tmp_path / "checkpoint-5"
+    (d / "nested").mkdir(parents=True)
+    for name in ("model.safetensors", "trainer_state.json", "vocab.json", "nested/z.bin"):
+        (d / name).write_text(name)
+    order: list[str] = []
+
+    class _Killed(Exception):
+        pass
+
+    real = s3.upload_file
+
+    def upload_file(path: str, bucket: str, key: str) -> None:
+        order.append(key.rsplit("checkpoint-5/", 1)[1])
+        if len(order) == 4:  # killed while uploading the last file
+            raise _Killed
+        real(path, bucket, key)
+
+    s3.upload_file = upload_file
+    with pytest.raises(_Killed):
+        checkpoints.upload_dir(d, f"{base}/cut/checkpoint-5", client=s3)
+    assert order[-1] == "trainer_state.json"
+    assert checkpoints.latest_remote_checkpoint(f"{base}/cut", client=s3) is None
+
+
 def test_stage_uploads_checkpoints_and_resumes_from_s3(s3_env, base, tmp_path):
     from conductor_core.train.config import build_config
     from conductor_core.train.grpo import run_stage

@@ -65,7 +65,7 @@ def test_every_task_but_the_exit_handler_may_be_reused():
         }
 
     assert not caching()["train"]  # as built: uncached
-    cache_every_task(pipeline)
+    cache_every_task(pipeline.pipeline_spec)
     after = caching()
     exits = [
         name
@@ -89,3 +89,22 @@ def test_the_reused_outputs_are_found_in_the_folders_the_cache_names(tmp_path):
     (cache / "a.json").write_text(json.dumps({"Output": "{}", "dataset": artifact}))
     (cache / "b.json").write_text('{"half written')  # killed while writing: not a finished task
     assert cached_run_dirs(record, tmp_path, kfp_root) == [kfp_root / "conductor-curation-1"]
+
+
+def test_a_run_resumes_only_on_the_backend_it_ran_on(tmp_path):
+    record = new_record(tmp_path, "training", {"profile": "tiny"}, "docker")
+    assert find_record(tmp_path, "training").backend == "docker"
+    assert resumed_params(record, {}, "docker") == {"profile": "tiny"}
+    with pytest.raises(ConfigError, match="that run ran with --docker; resume it with --docker"):
+        resumed_params(record, {}, "local")
+
+
+def test_a_docker_run_on_its_own_loopback_servers_cannot_be_resumed(tmp_path, monkeypatch):
+    """Its S3 (in memory) ended with it: the checkpoints and weights it wrote are gone."""
+    from pipelines.local import run_local
+
+    for key in ("MLFLOW_TRACKING_URI", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ConfigError, match="--resume of a --docker run needs the MLflow server"):
+        run_local("curation", root=tmp_path, containers=True, resume=True, echo=print)
+    assert not (tmp_path / "local-runs").exists()
