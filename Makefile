@@ -19,6 +19,11 @@ test-fast:
 images:
 	bash scripts/images.sh
 
+# The hashed lock files the CPU images install (images/{base,serve}/requirements.lock), resolved
+# afresh from pyproject.toml; run after a dependency change (tests/unit/test_images.py says so).
+lock:
+	bash scripts/lock.sh
+
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
@@ -28,4 +33,4 @@ bench:
 	.venv/bin/python bench/bench_eval.py
 	.venv/bin/python bench/bench_sandbox_humaneval.py
 
-.PHONY: test test-fast images lint bench
+.PHONY: test test-fast images lock lint bench

@@ -180,10 +180,11 @@ def close_stale_cmd(host, token_env, namespace) -> None:
     flag_value="",
     default=None,
     metavar="[RUN]",
-    help="Take up a killed --local run under --root (RUN: its id, from the first line it "
-    "printed; default: the newest): its finished tasks are reused with their outputs, the "
-    "interrupted stage resumes from its checkpoint, its MLflow runs go on. The run keeps its "
-    "parameters (a --set that differs is refused).",
+    help="Take up a killed run under --root (RUN: its id, from the first line it printed; "
+    "default: the newest): its finished tasks are reused with their outputs, the interrupted "
+    "stage resumes from its checkpoint, its MLflow runs go on. The run keeps its parameters (a "
+    "--set that differs is refused) and its backend; a --docker run needs the MLflow and S3 it "
+    "ran with (MLFLOW_TRACKING_URI and an S3 endpoint).",
 )
 def run_cmd(name, local, docker, root, sets, verbose, resume) -> None:
     """Run a pipeline end to end on this machine and print its summary (a cluster run is

@@ -102,11 +102,12 @@ def side_effects(task: Any) -> Any:
 
 
 def expose_pod_identity(task: Any) -> Any:
-    """Give a task its own pod's name, uid and namespace as ``POD_NAME``, ``POD_UID`` and
-    ``POD_NAMESPACE`` (downward API, ``kfp-kubernetes`` ``use_field_path_as_env``; no RBAC
-    needed). The TrainJob launcher makes that pod the owner of the TrainJob it creates, so the
-    job is garbage-collected with the pod (:mod:`conductor_core.cluster.launcher`). Call it on
-    every task that may launch a TrainJob (the training tasks)."""
+    """Give a task its own pod's name, uid and namespace and its Argo Workflow's name as
+    ``POD_NAME``, ``POD_UID``, ``POD_NAMESPACE`` and ``WORKFLOW_NAME`` (downward API,
+    ``kfp-kubernetes`` ``use_field_path_as_env``). The TrainJob launcher makes the run's
+    Workflow (else that pod) the owner of the TrainJob it creates, so the job is
+    garbage-collected with the run (:mod:`conductor_core.cluster.launcher`). Call it on every
+    task that may launch a TrainJob (the training tasks)."""
     for env_name, field_path in POD_IDENTITY_FIELDS.items():
         kubernetes.use_field_path_as_env(task, env_name=env_name, field_path=field_path)
     return task

@@ -8,15 +8,19 @@ enough. On the official ``kubernetes`` client (imported lazily) it:
    is created with strict field validation, so a Kubeflow Trainer older than
    :data:`~conductor_core.cluster.versions.TRAINER` rejects it naming the fields it lacks
    (instead of silently dropping ``runtimePatches``). In a pipeline pod (``POD_NAME``/``POD_UID``
-   set from the downward API) both objects are owned by that pod, so they are garbage-collected
-   with it; a retried task's new pod is added as a second owner when it attaches;
+   set from the downward API) both objects are owned by the run's Argo Workflow (its name from
+   ``WORKFLOW_NAME``; ``trainjob.owner``), so they outlive the launcher pod and are
+   garbage-collected with the run, or by that pod (``owner: pod``; a retried task's new pod is
+   then added as a second owner when it attaches);
 2. watches the TrainJob in short windows (``watch_timeout_s``), re-reading it at the end of each
    window and after a dropped connection or an expired watch (HTTP 410), and decides from the
    Trainer's ``Complete``/``Failed`` conditions;
 3. streams the rank-0 pod's log (pod of the JobSet ``node`` job with index 0) into ``log``;
 4. enforces an overall deadline; on failure, deadline or cancellation (SIGINT or SIGTERM, turned
    into :class:`TrainJobCancelledError`) it deletes the TrainJob and its ConfigMap (unless
-   ``delete_on_failure`` is off) and raises a :class:`ClusterError` subclass. A completed job is
+   ``delete_on_failure`` is off) and raises a :class:`ClusterError` subclass. A SIGTERM while
+   the owning Workflow goes on (a drained node or an evicted pod, not a terminated run) leaves
+   the job running for the task's retry, which attaches to it by its name. A completed job is
    kept unless ``delete_on_success``.
 """
 
@@ -45,14 +49,21 @@ from conductor_core.cluster.trainjob import (
     TRAINER_VERSION,
     TRAINJOB_KIND,
     TRAINJOB_PLURAL,
+    WORKFLOW_GROUP,
+    WORKFLOW_KIND,
+    WORKFLOW_PLURAL,
+    WORKFLOW_VERSION,
     JobState,
-    OwnerPod,
+    Owner,
     TrainJobManifests,
     TrainJobRequest,
     build_manifests,
     job_state,
     owner_pod_from_env,
     rank0_pod_selector,
+    workflow_name_from_env,
+    workflow_owner,
+    workflow_shutting_down,
 )
 from conductor_core.cluster.versions import TRAINER
 from conductor_core.errors import ConductorError
@@ -364,12 +375,13 @@ class _Launch:
         log: Callable[[str], None],
         clock: Callable[[], float],
         cancel: threading.Event | None = None,
-        owner: OwnerPod | None = None,
+        owner: Owner | None = None,
     ) -> None:
         from kubernetes import client
 
         self.owner = owner
-        """The launching pod, owner of the TrainJob and ConfigMap (None: no owner)."""
+        """The owner of the TrainJob and ConfigMap: the run's Workflow or the launching pod
+        (None: no owner)."""
         self.cancel = cancel or threading.Event()
         """Set when a signal cancelled the launch (:class:`_CancelOnSignal`)."""
         self.m = manifests
@@ -482,9 +494,10 @@ class _Launch:
                 )
 
     def _add_owner(self, trainjob: dict[str, Any]) -> None:
-        """Add this task's pod to the owners of a TrainJob an earlier try of the task created
-        (a retried task runs in a new pod): the job then lives until every owner is gone,
-        rather than being collected with the first pod while this one waits for it."""
+        """Add this try's owner to the owners of a TrainJob an earlier try of the task created
+        (with ``owner: pod`` a retried task runs in a new pod; the run's Workflow is the same
+        owner for every try): the job then lives until every owner is gone, rather than being
+        collected with the first pod while this one waits for it."""
         if self.owner is None:
             return
         owners = list((trainjob.get("metadata") or {}).get("ownerReferences") or [])
@@ -493,7 +506,8 @@ class _Launch:
         owners.append(self.owner.reference())
         try:
             self._retry(
-                f"adding pod {self.owner.name} to the owners of TrainJob {self.m.name}",
+                f"adding {self.owner.kind} {self.owner.name} to the owners of TrainJob "
+                f"{self.m.name}",
                 lambda: self.custom.patch_namespaced_custom_object(
                     TRAINER_GROUP,
                     TRAINER_VERSION,
@@ -505,8 +519,8 @@ class _Launch:
             )
         except Exception as exc:  # the job still runs; it may only go away with the old pod
             self.log(
-                f"[launcher] could not add pod {self.owner.name} to the owners of TrainJob "
-                f"{self.m.name}: {_api_message(exc)}"
+                f"[launcher] could not add {self.owner.kind} {self.owner.name} to the owners "
+                f"of TrainJob {self.m.name}: {_api_message(exc)}"
             )
 
     def _own_configmap(self, trainjob: dict[str, Any]) -> None:
@@ -527,6 +541,23 @@ class _Launch:
             )
         except Exception as exc:  # cosmetic: cleanup deletes the ConfigMap explicitly anyway
             self.log(f"[launcher] could not set the ConfigMap's owner: {_api_message(exc)}")
+
+    def run_goes_on(self) -> bool:
+        """Whether the job should outlive this launcher, stopped by a signal: it is this task's
+        and owned by the run's Workflow, which is not being terminated (a drained node or an
+        evicted pod, whose task a retry runs again). False when that cannot be read: a launcher
+        that cannot tell does not leave GPUs running."""
+        owner = self.owner
+        if owner is None or owner.kind != WORKFLOW_KIND or not self.owns_job:
+            return False
+        try:
+            workflow = self.custom.get_namespaced_custom_object(
+                WORKFLOW_GROUP, WORKFLOW_VERSION, self.m.namespace, WORKFLOW_PLURAL, owner.name
+            )
+        except Exception as exc:
+            self.log(f"[launcher] could not read Workflow {owner.name}: {_api_message(exc)}")
+            return False
+        return not workflow_shutting_down(workflow)
 
     def delete(self) -> None:
         """Delete the TrainJob (pods in the foreground) and the ConfigMap, those of this task
@@ -664,7 +695,7 @@ def launch_and_wait(
     if api_client is None:
         api_client = load_api_client()
     namespace = resolve_namespace(settings, namespace)
-    owner = _owner_in(namespace, log)
+    owner = _job_owner(_owner_in(namespace, log), settings.trainjob.owner, api_client, log)
     manifests = build_manifests(request, settings, namespace, owner)
     job = settings.trainjob
     follower: _Rank0LogFollower | None = None
@@ -693,6 +724,18 @@ def launch_and_wait(
             raise TrainJobCancelledError(
                 f"launch of TrainJob {manifests.name} cancelled (Ctrl-C)"
             ) from exc
+        except TrainJobCancelledError:
+            if launch.run_goes_on():
+                if follower is not None:
+                    follower.stop(drain_s=0.0)
+                log(
+                    f"[launcher] this pod was stopped while its run goes on (a drained node, an "
+                    f"evicted pod): TrainJob {manifests.name} is left running, for the task's "
+                    "retry to attach to; it is deleted with the run's Workflow"
+                )
+            else:
+                _cleanup(launch, follower, job.delete_on_failure)
+            raise
         except BaseException:
             _cleanup(launch, follower, job.delete_on_failure)
             raise
@@ -710,7 +753,36 @@ def launch_and_wait(
     )
 
 
-def _owner_in(namespace: str, log: Callable[[str], None]) -> OwnerPod | None:
+def _job_owner(
+    pod: Owner | None, mode: str, api_client: Any, log: Callable[[str], None]
+) -> Owner | None:
+    """The owner of the objects of a launch from pod ``pod`` (None: none) under
+    ``trainjob.owner`` ``mode``: the pod's Argo Workflow (read by the name ``WORKFLOW_NAME``
+    gives, for its uid), else, where there is none or it cannot be read, the pod, said so."""
+    if pod is None or mode == "none":
+        return None
+    if mode == "pod":
+        return pod
+    name = workflow_name_from_env()
+    if name is None:
+        log("[launcher] no Argo Workflow named (WORKFLOW_NAME): the TrainJob is owned by this pod")
+        return pod
+    from kubernetes import client
+
+    try:
+        workflow = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            WORKFLOW_GROUP, WORKFLOW_VERSION, pod.namespace, WORKFLOW_PLURAL, name
+        )
+    except Exception as exc:
+        log(
+            f"[launcher] could not read Workflow {name} ({_api_message(exc)}): the TrainJob is "
+            "owned by this pod, and is deleted with it"
+        )
+        return pod
+    return workflow_owner(workflow)
+
+
+def _owner_in(namespace: str, log: Callable[[str], None]) -> Owner | None:
     """The launching pod (:func:`owner_pod_from_env`) as the owner of objects in ``namespace``;
     None outside a pipeline pod, or when the pod is in another namespace (an owner must be in the
     same namespace; the objects are then left without one, which is logged)."""
@@ -728,7 +800,7 @@ def _owner_in(namespace: str, log: Callable[[str], None]) -> OwnerPod | None:
             "owner must be in the same namespace), so it is not garbage-collected with the run"
         )
         return None
-    return OwnerPod(owner.name, owner.uid, pod_namespace)
+    return Owner(owner.name, owner.uid, pod_namespace)
 
 
 def _cleanup(launch: _Launch, follower: _Rank0LogFollower | None, delete: bool) -> None:

@@ -656,10 +656,21 @@ class TrainJobSettings(BaseModel):
         description="Length of one watch window; the watch is re-opened (after a fresh read) at "
         "the end of each window or on a dropped connection.",
     )
+    owner: Literal["workflow", "pod", "none"] = Field(
+        default="workflow",
+        description="What owns the TrainJob and its ConfigMap (Kubernetes deletes them with "
+        "it): `workflow`, the pipeline run's Argo Workflow, so that the job outlives its "
+        "launcher pod (a drained node, an evicted pod) and a retried launcher attaches to it "
+        "(falls back to `pod` where the Workflow cannot be read); `pod`, the launcher pod, so "
+        "that the job goes with it; `none`, nothing (deleted by the launcher or by hand). A job "
+        "goes to another namespace than the launcher's without an owner.",
+    )
     delete_on_failure: bool = Field(
         default=True,
         description="Delete the TrainJob and its ConfigMap when it fails, times out or the task "
-        "is cancelled.",
+        "is cancelled. A launcher pod stopped while its run goes on (SIGTERM from a drain or an "
+        "eviction, the Workflow not being terminated) leaves a Workflow-owned job running for "
+        "the task's retry to attach to.",
     )
     delete_on_success: bool = Field(
         default=False,

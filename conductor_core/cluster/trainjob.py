@@ -22,11 +22,13 @@ which these manifests do not use (the minimum Trainer is declared in
 :mod:`conductor_core.cluster.versions`). Environment variables of the ``node`` container can only
 be set through ``spec.trainer.env`` (the API rejects them in a container patch), so they go there.
 
-Ownership: given the launching task's pod (:class:`OwnerPod`, read from the downward-API variables
-``POD_NAME``, ``POD_UID`` and ``POD_NAMESPACE`` by :func:`owner_pod_from_env`), the TrainJob and
-its ConfigMap carry an ``ownerReference`` to that pod, so Kubernetes' garbage collector deletes
-them (and the TrainJob's JobSet and pods) when the pod is deleted, e.g. with its pipeline run.
-Without those variables (a local run) the objects have no owner.
+Ownership: given an :class:`Owner` (the launcher passes the pipeline run's Argo Workflow, else
+the launching task's pod: ``settings.trainjob.owner``), the TrainJob and its ConfigMap carry an
+``ownerReference`` to it, so Kubernetes' garbage collector deletes them (and the TrainJob's JobSet
+and pods) when the owner is deleted. Owned by the Workflow, a job outlives its launcher pod (a
+drained node, an evicted pod) and goes with the run. The launching pod is read from the
+downward-API variables ``POD_NAME``, ``POD_UID``, ``POD_NAMESPACE`` and ``WORKFLOW_NAME``
+(:data:`POD_IDENTITY_FIELDS`). Without them (a local run) the objects have no owner.
 """
 
 from __future__ import annotations
@@ -81,10 +83,15 @@ POD_UID_ENV = "POD_UID"
 """Environment variable with the launching pod's uid (downward API ``metadata.uid``)."""
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 """Environment variable with the launching pod's namespace (downward API ``metadata.namespace``)."""
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+"""The label Argo puts on every pod of a Workflow, valued with the Workflow's name."""
+WORKFLOW_NAME_ENV = "WORKFLOW_NAME"
+"""Environment variable with the name of the launching pod's Argo Workflow (its label)."""
 POD_IDENTITY_FIELDS = {
     POD_NAME_ENV: "metadata.name",
     POD_UID_ENV: "metadata.uid",
     POD_NAMESPACE_ENV: "metadata.namespace",
+    WORKFLOW_NAME_ENV: f"metadata.labels['{WORKFLOW_LABEL}']",
 }
 """Each variable and the pod field it is filled from (``pipelines/kubernetes.py`` sets them)."""
 
@@ -180,29 +187,37 @@ class TrainJobManifests:
         return self.configmap["metadata"]["name"]
 
 
+WORKFLOW_GROUP = "argoproj.io"
+WORKFLOW_VERSION = "v1alpha1"
+WORKFLOW_PLURAL = "workflows"
+WORKFLOW_KIND = "Workflow"
+
+
 @dataclass(frozen=True)
-class OwnerPod:
-    """The pod of the pipeline task that launches a TrainJob: the owner of what it creates."""
+class Owner:
+    """The owner of what a launch creates: the launching task's pod, or its run's Workflow."""
 
     name: str
     uid: str
     namespace: str | None = None
-    """The pod's namespace, when known (an owner must be in the namespace of what it owns)."""
+    """The owner's namespace, when known (an owner must be in the namespace of what it owns)."""
+    kind: str = "Pod"
+    api_version: str = "v1"
 
     def reference(self) -> dict[str, Any]:
-        """The ``ownerReference`` to this pod. Not a controller reference (the Trainer controls
-        the TrainJob), and ``blockOwnerDeletion`` off: setting it would need ``update`` on
-        ``pods/finalizers`` under the OwnerReferencesPermissionEnforcement admission plugin."""
+        """The ``ownerReference`` to this owner. Not a controller reference (the Trainer controls
+        the TrainJob), and ``blockOwnerDeletion`` off: setting it would need ``update`` on the
+        owner's ``finalizers`` under the OwnerReferencesPermissionEnforcement admission plugin."""
         return {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": self.api_version,
+            "kind": self.kind,
             "name": self.name,
             "uid": self.uid,
             "blockOwnerDeletion": False,
         }
 
 
-def owner_pod_from_env(environ: Mapping[str, str] | None = None) -> OwnerPod | None:
+def owner_pod_from_env(environ: Mapping[str, str] | None = None) -> Owner | None:
     """The launching pod from ``POD_NAME``, ``POD_UID`` and (optional) ``POD_NAMESPACE`` in
     ``environ`` (default ``os.environ``); None unless both name and uid are set (a local run)."""
     env = os.environ if environ is None else environ
@@ -211,7 +226,32 @@ def owner_pod_from_env(environ: Mapping[str, str] | None = None) -> OwnerPod | N
     if not name or not uid:
         return None
     namespace = (env.get(POD_NAMESPACE_ENV) or "").strip() or None
-    return OwnerPod(name=name, uid=uid, namespace=namespace)
+    return Owner(name=name, uid=uid, namespace=namespace)
+
+
+def workflow_name_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """The launching pod's Argo Workflow from ``WORKFLOW_NAME`` (None outside Argo)."""
+    env = os.environ if environ is None else environ
+    return (env.get(WORKFLOW_NAME_ENV) or "").strip() or None
+
+
+def workflow_owner(workflow: Mapping[str, Any]) -> Owner:
+    """The Workflow object ``workflow`` (as the API returns it) as an :class:`Owner`."""
+    meta = workflow.get("metadata") or {}
+    return Owner(
+        name=meta["name"],
+        uid=meta["uid"],
+        namespace=meta.get("namespace"),
+        kind=WORKFLOW_KIND,
+        api_version=f"{WORKFLOW_GROUP}/{WORKFLOW_VERSION}",
+    )
+
+
+def workflow_shutting_down(workflow: Mapping[str, Any]) -> bool:
+    """Whether the run of Workflow ``workflow`` is being stopped: KFP's terminate sets its
+    ``spec.activeDeadlineSeconds`` to 0, ``argo stop``/``terminate`` set ``spec.shutdown``."""
+    spec = workflow.get("spec") or {}
+    return spec.get("activeDeadlineSeconds") == 0 or bool(spec.get("shutdown"))
 
 
 def stage_config_text(stage_config: str | Mapping[str, Any]) -> str:
@@ -255,7 +295,7 @@ def build_configmap(
     stage_config: str | Mapping[str, Any],
     labels: Mapping[str, str],
     annotations: Mapping[str, str] | None = None,
-    owner: OwnerPod | None = None,
+    owner: Owner | None = None,
 ) -> dict[str, Any]:
     """A ``ConfigMap`` named ``name`` with the stage config under :data:`CONFIG_KEY`, owned by
     ``owner`` when given (the launcher makes the TrainJob its owner once the job exists).
@@ -309,7 +349,7 @@ def build_trainjob(
     configmap_name: str,
     labels: Mapping[str, str],
     annotations: Mapping[str, str] | None = None,
-    owner: OwnerPod | None = None,
+    owner: Owner | None = None,
 ) -> dict[str, Any]:
     """The ``TrainJob`` manifest (see the module docstring for what goes where), owned by
     ``owner`` when given."""
@@ -408,12 +448,12 @@ def build_manifests(
     request: TrainJobRequest,
     settings: ClusterSettings,
     namespace: str | None = None,
-    owner: OwnerPod | None = None,
+    owner: Owner | None = None,
 ) -> TrainJobManifests:
     """The TrainJob and ConfigMap of ``request``, in ``namespace`` (else ``settings.namespace``,
     else ``default``), named by :func:`trainjob_name` and labelled by :func:`resource_labels`.
 
-    With ``owner`` both carry an ``ownerReference`` to that pod. Kubernetes has no owners across
+    With ``owner`` both carry an ``ownerReference`` to it. Kubernetes has no owners across
     namespaces (the garbage collector would take such a reference for a missing owner and delete
     the object), so an owner in another namespace raises :class:`ConfigError`.
     """
@@ -421,7 +461,7 @@ def build_manifests(
     namespace = namespace or settings.namespace or "default"
     if owner is not None and owner.namespace is not None and owner.namespace != namespace:
         raise ConfigError(
-            f"the TrainJob's namespace {namespace!r} is not its owner pod's ({owner.namespace!r}): "
+            f"the TrainJob's namespace {namespace!r} is not its owner's ({owner.namespace!r}): "
             "an owner must be in the same namespace"
         )
     labels = resource_labels(request.run_id, request.task_id, request.stage, name)

@@ -3,6 +3,12 @@
 the built base image, sharing only KFP's artifacts, S3 and MLflow (few steps: it checks the
 wiring, not the learning).
 
+The run is killed twice first. The base stage's container is killed from outside once the
+stage has a checkpoint in S3, as a node loses a pod: the task's retry policy runs it again and it
+resumes from that checkpoint. Then, in the adaptive stage, the whole run is SIGKILLed, as a lost
+session is, and the same command with ``--resume`` stands for KFP's Retry of a failed run: the
+finished tasks are not redone. The other tests read the run that resumed.
+
 The S3 and MLflow servers are started here on loopback and given to the command (as a cluster
 gives them), so that the test can read what the tasks left in them; with no endpoint given the
 command starts its own (test_the_command_starts_and_stops_its_own_servers, on the short curation
@@ -13,8 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -27,7 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 BUCKET = "rehearsal"
 SHORT = [
-    "base_steps=2",
+    "base_steps=27",  # the tiny profile saves a checkpoint every 25 steps: one to resume from
     "adaptive_steps=1",
     "recursive_steps=1",
     "warmup_steps=10",
@@ -80,20 +89,88 @@ def rehearsed(images, tmp_path_factory):
         }
         empty = tmp_path_factory.mktemp("empty")
         sets = [a for kv in SHORT for a in ("--set", kv)]
-        done = _conductor(["pipeline", "run", "training", "--docker", *sets], empty, env)
-        yield done, empty, s3, mlflow, prefix
+        command = ["pipeline", "run", "training", "--docker", *sets]
+        killed = _killed_twice(command, empty, env, images, s3, prefix)
+        done = _conductor([*command, "--resume"], empty, env)
+        yield done, empty, s3, mlflow, prefix, killed
+
+
+def _killed_twice(command, cwd, env, docker, s3, prefix) -> str:
+    """Run ``command``; kill the base stage's container once the stage has a checkpoint in S3
+    (a lost pod: the task's retry policy runs it again), then, once the adaptive stage runs,
+    the whole run (a lost session: SIGKILL, its containers killed with it). Returns what the
+    run printed."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3.url, **_credentials(s3))
+    out = cwd / "killed.log"
+    checkpoint = re.compile(r"/base/checkpoints/checkpoint-\d+/trainer_state.json$")
+    with out.open("w") as log:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "conductor"), *command],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 1200
+            pod_killed = False
+            while proc.poll() is None and time.monotonic() < deadline:
+                if not pod_killed:
+                    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+                    if any(checkpoint.search(o["Key"]) for o in listed.get("Contents", [])):
+                        for container in _task_containers(docker):
+                            if re.search(r'"stage":\s*"base"', " ".join(container.attrs["Args"])):
+                                container.kill()
+                                pod_killed = True
+                elif "train-2 ..." in out.read_text():  # the adaptive stage started
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    for container in _task_containers(docker):
+                        container.kill()
+                    break
+                time.sleep(0.2)
+        finally:
+            proc.kill()
+            proc.wait()
+    return out.read_text()
+
+
+def _task_containers(docker) -> list:
+    return docker.containers.list(filters={"label": "org.conductor.rehearsal"})
+
+
+def test_a_killed_pod_is_retried_from_its_checkpoint(rehearsed):
+    """The base stage's container killed: its task's retry policy runs it again (as a cluster
+    does for a lost pod), and the stage takes up its checkpoint in S3."""
+    _, folder, *_, killed = rehearsed
+    assert "train FAILURE" in killed, killed[-3000:]  # the killed container failed its task
+    assert "train #2 done" in killed, killed[-3000:]
+    first = min((folder / "runs" / "logs").glob("training-*.log"))
+    assert "resume: from" in first.read_text()
+
+
+def test_a_killed_run_resumed_redoes_nothing_that_finished(rehearsed):
+    """The whole run killed in the adaptive stage, then the same command with --resume (KFP's
+    Retry of a failed run): the finished tasks, the base stage included, are reused."""
+    done, *_, killed = rehearsed
+    assert "pipeline training" not in killed  # it never reached its summary
+    run_id = killed.split("training run ", 1)[1].split()[0]
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    assert f"resuming training run {run_id}" in done.stderr
+    for task in ("check-params", "curate", "validate", "train"):
+        assert f"{task} reused" in done.stderr and f"{task} ..." not in done.stderr, task
+    assert "train-2 done" in done.stderr  # the interrupted stage ran again
 
 
 def test_every_task_ran_in_a_container_and_succeeded(rehearsed, images):
     done, folder, *_ = rehearsed
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     assert "pipeline training: ok" in done.stdout
-    for task in ("check-params", "curate", "validate", "register"):
+    for task in ("recursive", "register"):
         assert f"{task} done" in done.stderr
     shards = [line.split() for line in done.stdout.splitlines() if line.startswith("eval-shard")]
     assert len(shards) == 2 and all(row[-2] == "success" for row in shards)  # the ParallelFor
-    log = next((folder / "runs" / "logs").glob("training-*.log")).read_text()
-    assert "conductor-base" in log and "Found image" in log  # containers, nothing pulled
+    for path in (folder / "runs" / "logs").glob("training-*.log"):
+        log = path.read_text()
+        assert "conductor-base" in log and "Found image" in log  # containers, nothing pulled
     leftover = images.containers.list(
         all=True, filters={"label": "org.conductor.rehearsal"}, ignore_removed=True
     )
@@ -104,7 +181,7 @@ def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):
     import boto3
     import mlflow
 
-    done, folder, s3, server, prefix = rehearsed
+    done, folder, s3, server, prefix, _ = rehearsed
     assert done.returncode == 0
     client = boto3.client("s3", endpoint_url=s3.url, **_credentials(s3))
     keys = [
@@ -127,7 +204,7 @@ def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):
 def test_the_parent_mlflow_run_is_finished_with_its_nested_runs(rehearsed):
     import mlflow
 
-    done, _, _, server, _ = rehearsed
+    done, _, _, server, _, _ = rehearsed
     assert done.returncode == 0
     client = mlflow.MlflowClient(server.url)
     exp = client.get_experiment_by_name("conductor")

@@ -43,10 +43,13 @@ def test_torch_pin_comes_from_pyproject_through_the_helper() -> None:
         text=True,
     )
     assert bad.returncode == 1 and "no-such-package" in bad.stderr
-    for kind in ("base", "train"):
-        text = " ".join(args for kw, args in instructions(DOCKERFILES[kind]) if kw == "RUN")
-        assert "images/requirement.py local torch" in text
-        assert re.search(r'--index-url "\$\{TORCH_INDEX_URL\}"', text)
+    text = " ".join(args for kw, args in instructions(DOCKERFILES["train"]) if kw == "RUN")
+    assert "images/requirement.py local torch" in text
+    assert re.search(r'--index-url "\$\{TORCH_INDEX_URL\}"', text)
+    # the base image installs torch from its lock, which scripts/lock.sh makes from the same pin
+    assert "images/requirement.py local torch" in (ROOT / "scripts" / "lock.sh").read_text()
+    lock = (ROOT / "images" / "base" / "requirements.lock").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(out.stdout.strip())}\+cpu \\$", lock, re.MULTILINE)
 
 
 # -- hadolint -------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ LAUNCHER_CALLS = [
     ("trainer.kubeflow.org", "trainjobs", "watch"),
     ("trainer.kubeflow.org", "trainjobs", "patch"),  # a retried task adds its pod as an owner
     ("trainer.kubeflow.org", "trainjobs", "delete"),
+    ("argoproj.io", "workflows", "get"),  # the run's Workflow: the job's owner, terminated?
     ("", "configmaps", "create"),
     ("", "configmaps", "patch"),
     ("", "configmaps", "delete"),

@@ -91,6 +91,7 @@ class KMockCluster:
                 (f"{TRAINER_GROUP}/{TRAINER_VERSION}/{TRAINJOB_PLURAL}", "TrainJob"),
                 ("v1/configmaps", "ConfigMap"),
                 ("v1/pods", "Pod"),
+                ("argoproj.io/v1alpha1/workflows", "Workflow"),
             ):
                 km.resources[key].kind = kind
                 km.resources[key].namespaced = True
@@ -460,7 +461,7 @@ def test_a_cancel_whose_exception_was_lost_still_stops_the_wait(cluster, api) ->
 
 # -- ownership: the TrainJob goes away with its task's pod (issue 24, 3.9) -----------------------
 
-POD_ENV = ("POD_NAME", "POD_UID", "POD_NAMESPACE")
+POD_ENV = ("POD_NAME", "POD_UID", "POD_NAMESPACE", "WORKFLOW_NAME")
 
 
 def create_task_pod(api: client.ApiClient, name: str, namespace: str = NS) -> dict[str, str]:
@@ -488,14 +489,50 @@ def pod_uid(api: client.ApiClient, name: str) -> str | None:
         raise
 
 
+def workflow_uid(api: client.ApiClient, name: str) -> str | None:
+    try:
+        return get_workflow(api, name)["metadata"]["uid"]
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def get_workflow(api: client.ApiClient, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", name
+    )
+
+
 def collected(api: client.ApiClient, metadata: dict[str, Any]) -> bool:
     """Whether Kubernetes' garbage collector would delete an object with this metadata: it has
     owners and none of them exists any more (an owner is identified by name *and* uid, in the
     object's namespace)."""
     owners = metadata.get("ownerReferences") or []
-    pods = [ref for ref in owners if ref["apiVersion"] == "v1" and ref["kind"] == "Pod"]
-    assert len(pods) == len(owners), owners
-    return bool(owners) and all(pod_uid(api, ref["name"]) != ref["uid"] for ref in owners)
+    uid_of = {("v1", "Pod"): pod_uid, ("argoproj.io/v1alpha1", "Workflow"): workflow_uid}
+    assert all((ref["apiVersion"], ref["kind"]) in uid_of for ref in owners), owners
+    return bool(owners) and all(
+        uid_of[ref["apiVersion"], ref["kind"]](api, ref["name"]) != ref["uid"] for ref in owners
+    )
+
+
+def create_workflow(api: client.ApiClient, pod_env: dict[str, str]) -> dict[str, str]:
+    """The Argo Workflow of the launching pod's pipeline run, named in its environment as KFP
+    gives it (the pod's ``workflows.argoproj.io/workflow`` label, expose_pod_identity)."""
+    name = f"training-{uuid.uuid4().hex[:6]}"
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "argoproj.io",
+        "v1alpha1",
+        NS,
+        "workflows",
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": name, "namespace": NS, "uid": str(uuid.uuid4())},
+            "spec": {"entrypoint": "entrypoint"},
+        },
+    )
+    return {**pod_env, "WORKFLOW_NAME": name}
 
 
 def test_trainjob_and_configmap_are_owned_by_the_launching_pod(
@@ -613,6 +650,118 @@ def test_a_retried_task_adds_its_pod_as_a_second_owner(
     assert not collected(api, job["metadata"])
     client.CoreV1Api(api).delete_namespaced_pod(second["POD_NAME"], NS)
     assert collected(api, job["metadata"])
+
+
+def test_a_job_owned_by_the_run_outlives_its_launcher_pod(
+    cluster, api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Owned by the run's Workflow, the job stays when the launcher pod goes (a drained node)
+    and goes with the run (issue 43 §3)."""
+    env = create_workflow(api, create_task_pod(api, f"launcher-{uuid.uuid4().hex[:6]}"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    job = get_job(api, name)
+    workflow = get_workflow(api, env["WORKFLOW_NAME"])
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "name": env["WORKFLOW_NAME"],
+            "uid": workflow["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
+    ]
+    client.CoreV1Api(api).delete_namespaced_pod(env["POD_NAME"], NS)
+    assert not collected(api, job["metadata"])
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", env["WORKFLOW_NAME"]
+    )
+    assert collected(api, job["metadata"])
+
+
+@pytest.mark.parametrize("terminated", [False, True], ids=["pod-stopped", "run-terminated"])
+def test_a_stopped_launcher_leaves_the_job_to_its_retry_unless_the_run_is_terminated(
+    cluster, api, monkeypatch: pytest.MonkeyPatch, terminated: bool
+) -> None:
+    """SIGTERM to the launcher: while the run goes on (a drain, an eviction) the job is left
+    for the task's retry, which attaches to it by its name; when KFP terminates the run (the
+    Workflow's deadline set to 0) it is deleted."""
+    env = create_workflow(api, create_task_pod(api, f"launcher-{uuid.uuid4().hex[:6]}"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        time.sleep(0.5)
+        if terminated:
+            client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                "argoproj.io", "v1alpha1", NS, "workflows", env["WORKFLOW_NAME"],
+                {"spec": {"activeDeadlineSeconds": 0}},
+            )  # fmt: skip
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread, errors = controller(api, name, steps)
+    lines: list[str] = []
+    with pytest.raises(TrainJobCancelledError):
+        launch_and_wait(request, settings, api_client=api, log=lines.append)
+    thread.join(5)
+    assert not errors, errors
+    if terminated:
+        assert get_job(api, name) is None
+        return
+    assert get_job(api, name) is not None
+    assert any("left running, for the task's retry" in line for line in lines), lines
+
+    # the retry (a new pod of the same task) attaches to the job instead of starting another
+    retry = create_task_pod(api, f"launcher-retry-{uuid.uuid4().hex[:6]}")
+    monkeypatch.setenv("POD_NAME", retry["POD_NAME"])
+    monkeypatch.setenv("POD_UID", retry["POD_UID"])
+
+    def finish() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, finish)
+    result = launch_and_wait(request, settings, api_client=api, log=lambda _: None)
+    thread.join(5)
+    assert not errors, errors
+    assert result.attached is True
+    assert len(get_job(api, name)["metadata"]["ownerReferences"]) == 1  # the same Workflow
+
+
+def test_without_a_readable_workflow_the_launcher_pod_owns_the_job(
+    cluster, api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = create_task_pod(api, f"launcher-{uuid.uuid4().hex[:6]}")
+    for key, value in {**env, "WORKFLOW_NAME": "no-such-workflow"}.items():
+        monkeypatch.setenv(key, value)
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    lines: list[str] = []
+    launch_and_wait(request, settings, api_client=api, log=lines.append)
+    thread.join(5)
+    assert not errors, errors
+    (owner,) = get_job(api, name)["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("Pod", env["POD_UID"])
+    assert any("could not read Workflow no-such-workflow" in line for line in lines), lines
 
 
 # -- the minimum Trainer (issue 24, 3.6) -------------------------------------------------------

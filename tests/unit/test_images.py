@@ -2,6 +2,11 @@
 lets in, and ``conductor_core.cluster.images`` gives the references to run them (hadolint and the
 torch pin helper, which run as processes: tests/integration/test_images.py).
 
+The CPU images install their Python layer from a hashed lock file
+(``images/<kind>/requirements.lock``, made by ``scripts/lock.sh``): every pin in it is exact and
+hashed, and it still satisfies what ``pyproject.toml`` asks for (a dependency changed without
+``make lock`` fails here, naming it).
+
 No image is built here (no registry can be reached, so no base image can be pulled; see
 ``images/README.md``): these checks are what can be verified without one.
 """
@@ -12,8 +17,11 @@ import re
 from pathlib import Path
 
 import pytest
+from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from conductor_core.cluster import images
 from tests.support.dockerfiles import DOCKERFILES, KINDS, PYPROJECT, ROOT, instructions
@@ -138,8 +146,11 @@ def test_extras_installed_by_the_images_exist() -> None:
         "serve": {"serve", "providers"},
     }
     for kind, path in DOCKERFILES.items():
-        text = " ".join(args for kw, args in instructions(path) if kw == "RUN")
-        (installed,) = re.findall(r'pip install [^"]*"\.\[([a-z,]+)\]"', text)
+        if kind in LOCKED:  # the project's extras are resolved into the lock (below)
+            installed = ",".join(sorted(lock_extras(kind)))
+        else:
+            text = " ".join(args for kw, args in instructions(path) if kw == "RUN")
+            (installed,) = re.findall(r'pip install [^"]*"\.\[([a-z,]+)\]"', text)
         assert set(installed.split(",")) == expected[kind]
         assert set(installed.split(",")) <= extras
     # one Python layer for every pipeline task: the train image adds only vLLM to it
@@ -172,6 +183,175 @@ def test_base_images_are_pinned_by_tag() -> None:
             name, _, tag = ref.rpartition(":")
             assert name and tag and tag != "latest", f"{kind}: {ref} is not pinned"
             assert re.search(r"\d+\.\d+", tag), f"{kind}: {ref} has no version in its tag"
+
+
+# -- the hashed lock files of the CPU images (scripts/lock.sh, `make lock`) ----------------------
+
+# The images whose builder installs `pip install --require-hashes --no-deps -r <lock>`.
+LOCKED = ("base", "serve")
+LOCK_FILES = {kind: ROOT / "images" / kind / "requirements.lock" for kind in LOCKED}
+PROJECT = canonicalize_name(PYPROJECT["project"]["name"])
+# The images' Python on Linux x86_64: the environment pyproject's markers are evaluated in.
+IMAGE_ENVIRONMENT = {
+    **default_environment(),
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "os_name": "posix",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "python_full_version": "3.11.14",
+    "extra": "",
+}
+_HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
+
+
+def lock_entries(path: Path) -> dict[str, tuple[Requirement, list[str]]]:
+    """``{canonical name: (requirement, its --hash options)}`` of a pip requirements file with
+    hashes: continuation lines joined, comments dropped, one requirement per logical line."""
+    if not path.is_file():
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: run `make lock` (scripts/lock.sh)")
+    entries: dict[str, tuple[Requirement, list[str]]] = {}
+    logical = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical = (logical + line).strip()
+        if not logical:
+            continue
+        spec, *options = logical.split()
+        logical = ""
+        assert not spec.startswith("-"), f"{path.name}: unexpected option line {spec!r}"
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name not in entries, f"{path.name}: {name} is listed twice"
+        entries[name] = (req, options)
+    return entries
+
+
+def lock_pins(kind: str) -> dict[str, Version]:
+    """``{canonical name: pinned version}`` of an image's lock."""
+    return {
+        name: Version(next(iter(req.specifier)).version)
+        for name, (req, _) in lock_entries(LOCK_FILES[kind]).items()
+    }
+
+
+def lock_extras(kind: str) -> set[str]:
+    """The extras of the project a lock was made for, from its first line
+    (``# ... conductor-core[tasks] ...``, written by scripts/lock.sh)."""
+    if not LOCK_FILES[kind].is_file():
+        pytest.fail(f"images/{kind}/requirements.lock is missing: run `make lock`")
+    first = LOCK_FILES[kind].read_text(encoding="utf-8").partition("\n")[0]
+    found = re.search(rf"{PYPROJECT['project']['name']}\[([a-z,-]+)\]", first)
+    assert found, f"images/{kind}/requirements.lock: no `conductor-core[...]` in {first!r}"
+    return set(found.group(1).split(","))
+
+
+def project_requirements(extras: set[str]) -> list[Requirement]:
+    """The requirements ``pip install ".[extras]"`` starts from: the project's dependencies and
+    those of the extras, self-references (``conductor-core[local]``) followed recursively, each
+    kept only where its marker holds in the image (Linux x86_64, CPython 3.11)."""
+    optional = PYPROJECT["project"]["optional-dependencies"]
+    found: list[Requirement] = []
+    seen: set[str] = set()
+    todo = [(None, r) for r in PYPROJECT["project"]["dependencies"]]
+    todo += [(extra, r) for extra in sorted(extras) for r in optional[extra]]
+    seen.update(extras)
+    while todo:
+        extra, text = todo.pop(0)
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate(
+            {**IMAGE_ENVIRONMENT, "extra": extra or ""}
+        ):
+            continue
+        if canonicalize_name(req.name) == PROJECT:
+            for inner in sorted(req.extras - seen):
+                seen.add(inner)
+                todo += [(inner, r) for r in optional[inner]]
+            continue
+        found.append(req)
+    return found
+
+
+@pytest.mark.parametrize("kind", LOCKED)
+def test_lock_pins_every_package_exactly_with_hashes(kind: str) -> None:
+    entries = lock_entries(LOCK_FILES[kind])
+    assert entries, f"images/{kind}/requirements.lock lists no package"
+    for name, (req, options) in entries.items():
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version, (
+            f"images/{kind}/requirements.lock: {req} is not an exact `==` pin"
+        )
+        assert req.url is None and req.marker is None and not req.extras, f"{kind}: {req}"
+        hashes = [o for o in options if _HASH.fullmatch(o)]
+        assert hashes and len(hashes) == len(options), (
+            f"images/{kind}/requirements.lock: {name} has no `--hash=sha256:` (or other options)"
+        )
+    # the project is installed on its own (`pip install --no-deps .`), never from an index
+    assert PROJECT not in entries, f"images/{kind}/requirements.lock pins the project itself"
+
+
+@pytest.mark.parametrize("kind", LOCKED)
+def test_lock_satisfies_every_requirement_of_pyproject(kind: str) -> None:
+    pins = lock_pins(kind)
+    extras = lock_extras(kind)
+    unmet = []
+    for req in project_requirements(extras):
+        name = canonicalize_name(req.name)
+        pinned = pins.get(name)
+        if pinned is None or not req.specifier.contains(pinned, prereleases=True):
+            unmet.append(f"{req} (locked: {pinned or 'absent'})")
+    assert not unmet, (
+        f"images/{kind}/requirements.lock does not satisfy pyproject.toml's "
+        f"{PYPROJECT['project']['name']}[{','.join(sorted(extras))}]: {'; '.join(unmet)}. "
+        "Run `make lock` (scripts/lock.sh) and commit the lock."
+    )
+
+
+def test_base_lock_has_the_cpu_build_of_the_pinned_torch() -> None:
+    (torch_req,) = [
+        Requirement(r)
+        for r in PYPROJECT["project"]["optional-dependencies"]["local"]
+        if canonicalize_name(Requirement(r).name) == "torch"
+    ]
+    torch = lock_pins("base")["torch"]
+    assert torch.local == "cpu", f"base lock: torch {torch} is not PyTorch's CPU build"
+    assert torch_req.specifier.contains(torch), f"base lock: torch {torch}, pyproject {torch_req}"
+    # the serving image stays small: nothing in its lock is torch or a model runtime
+    heavy = {"torch", "vllm", "transformers", "nvidia-cublas", "triton"}
+    assert not heavy & set(lock_pins("serve")), "serve lock pulls in a model runtime"
+
+
+@pytest.mark.parametrize("kind", LOCKED)
+def test_dockerfile_installs_its_lock_with_hashes_then_the_project_without_deps(
+    kind: str,
+) -> None:
+    lock = f"images/{kind}/requirements.lock"
+    steps = instructions(DOCKERFILES[kind])
+    copied = " ".join(args for kw, args in steps if kw == "COPY" and "--from=" not in args)
+    assert lock in copied.split(), f"{kind}: the Dockerfile does not COPY {lock}"
+    runs = [args for kw, args in steps if kw == "RUN"]
+    locked = [i for i, r in enumerate(runs) if re.search(rf"-r {re.escape(lock)}(\s|$)", r)]
+    assert locked, f"{kind}: no `pip install ... -r {lock}`"
+    install = runs[locked[0]]
+    for flag in ("--require-hashes", "--no-deps"):
+        assert flag in install.split(), f"{kind}: the lock is installed without {flag}"
+    if kind == "base":  # torch's +cpu wheel: PyTorch's CPU index, next to PyPI
+        assert '--extra-index-url "${TORCH_INDEX_URL}"' in install
+    # then the project alone (no extras: nothing left to resolve), then pip check
+    after = " && ".join(runs[locked[0] :])
+    project = re.search(r"pip install ((?:--[\w-]+ )*)\.(?:\s|$)", after)
+    assert project and "--no-deps" in project.group(1).split(), (
+        f"{kind}: the project is not installed with `pip install --no-deps .` after the lock"
+    )
+    assert "pip check" in after[project.end() :], f"{kind}: no `pip check` after the installs"
+    assert not re.search(r'pip install [^"]*"\.\[', " ".join(runs)), (
+        f"{kind}: the project's extras are resolved at build time instead of from the lock"
+    )
 
 
 # -- security: non-root, no secrets ---------------------------------------------------------------

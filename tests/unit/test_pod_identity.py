@@ -1,13 +1,14 @@
-"""``pipelines.kubernetes.expose_pod_identity`` puts the pod's name, uid and namespace in a
-task's environment through the downward API, in the compiled pipeline's Kubernetes platform
-spec (what the KFP backend's driver turns into ``env[].valueFrom.fieldRef``).
+"""``pipelines.kubernetes.expose_pod_identity`` puts the pod's name, uid and namespace and its
+Argo Workflow's name in a task's environment through the downward API, in the compiled
+pipeline's Kubernetes platform spec (what the KFP backend's driver turns into
+``env[].valueFrom.fieldRef``).
 
 No ``from __future__ import annotations`` here: kfp reads the component's annotations as types.
 """
 
 from typing import Any
 
-from conductor_core.cluster.trainjob import owner_pod_from_env
+from conductor_core.cluster.trainjob import owner_pod_from_env, workflow_name_from_env
 
 
 def _platform_spec(tmp_path: Any, expose: bool) -> dict:
@@ -40,9 +41,12 @@ def test_expose_pod_identity_sets_the_downward_api_variables(tmp_path) -> None:
         {"name": "POD_NAME", "fieldPath": "metadata.name"},
         {"name": "POD_UID", "fieldPath": "metadata.uid"},
         {"name": "POD_NAMESPACE", "fieldPath": "metadata.namespace"},
+        # Argo's label on every pod of a Workflow: the run the TrainJob is owned by
+        {"name": "WORKFLOW_NAME", "fieldPath": "metadata.labels['workflows.argoproj.io/workflow']"},
     ]
     # the launcher reads exactly these variables
     env = {item["name"]: f"<{item['fieldPath']}>" for item in executor["fieldPathAsEnv"]}
+    assert workflow_name_from_env(env) == "<metadata.labels['workflows.argoproj.io/workflow']>"
     owner = owner_pod_from_env(env)
     assert owner is not None
     assert (owner.name, owner.uid, owner.namespace) == (

@@ -29,7 +29,7 @@ from conductor_core.cluster.trainjob import (
     TRAINER_GROUP,
     TRAINER_VERSION,
     TRAINJOB_KIND,
-    OwnerPod,
+    Owner,
     TrainJobRequest,
     build_manifests,
 )
@@ -202,7 +202,7 @@ REQUEST_VARIANTS: dict[str, dict[str, Any]] = {
 
 OWNERS = {
     "no-owner": None,
-    "owned": OwnerPod("conductor-training-abc12-system-container-impl-1234567", "0b1c" * 9),
+    "owned": Owner("conductor-training-abc12-system-container-impl-1234567", "0b1c" * 9),
 }
 
 STAGES = ("base", "adaptive", "recursive")

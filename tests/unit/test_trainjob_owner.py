@@ -9,14 +9,14 @@ import pytest
 from conductor_core.cluster.settings import load_cluster_settings
 from conductor_core.cluster.trainjob import (
     POD_IDENTITY_FIELDS,
-    OwnerPod,
+    Owner,
     TrainJobRequest,
     build_manifests,
     owner_pod_from_env,
 )
 from conductor_core.errors import ConfigError
 
-POD = OwnerPod("training-x7k2p-system-container-impl-123", "6f1c2b7e-1d9a-4c55-9a64-0b5f3f0e9d21")
+POD = Owner("training-x7k2p-system-container-impl-123", "6f1c2b7e-1d9a-4c55-9a64-0b5f3f0e9d21")
 
 
 def request() -> TrainJobRequest:
@@ -45,10 +45,10 @@ def test_no_owner_without_a_pod() -> None:
 
 
 def test_an_owner_in_another_namespace_is_refused() -> None:
-    pod = OwnerPod(POD.name, POD.uid, namespace="kubeflow")
+    pod = Owner(POD.name, POD.uid, namespace="kubeflow")
     with pytest.raises(ConfigError, match="same namespace"):
         build_manifests(request(), load_cluster_settings(None), "team-a", owner=pod)
-    same = OwnerPod(POD.name, POD.uid, namespace="team-a")
+    same = Owner(POD.name, POD.uid, namespace="team-a")
     manifests = build_manifests(request(), load_cluster_settings(None), "team-a", owner=same)
     assert manifests.trainjob["metadata"]["ownerReferences"][0]["uid"] == POD.uid
 
@@ -58,11 +58,38 @@ def test_owner_pod_from_the_downward_api_environment() -> None:
         "POD_NAME": "metadata.name",
         "POD_UID": "metadata.uid",
         "POD_NAMESPACE": "metadata.namespace",
+        "WORKFLOW_NAME": "metadata.labels['workflows.argoproj.io/workflow']",
     }
     env = {"POD_NAME": POD.name, "POD_UID": POD.uid, "POD_NAMESPACE": "team-a"}
-    assert owner_pod_from_env(env) == OwnerPod(POD.name, POD.uid, "team-a")
+    assert owner_pod_from_env(env) == Owner(POD.name, POD.uid, "team-a")
     assert owner_pod_from_env({"POD_NAME": POD.name, "POD_UID": POD.uid}) == POD
     # a local run: none, or only part, of the variables
     assert owner_pod_from_env({}) is None
     assert owner_pod_from_env({"POD_NAME": POD.name}) is None
     assert owner_pod_from_env({"POD_NAME": " ", "POD_UID": POD.uid}) is None
+
+
+def test_the_runs_workflow_as_owner_and_when_it_is_being_stopped() -> None:
+    from conductor_core.cluster.trainjob import (
+        workflow_name_from_env,
+        workflow_owner,
+        workflow_shutting_down,
+    )
+
+    workflow = {"metadata": {"name": "training-abc", "uid": "u-1", "namespace": "team-a"}}
+    owner = workflow_owner(workflow)
+    assert owner.reference() == {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "name": "training-abc",
+        "uid": "u-1",
+        "blockOwnerDeletion": False,
+    }
+    manifests = build_manifests(request(), load_cluster_settings(None), "team-a", owner=owner)
+    assert manifests.trainjob["metadata"]["ownerReferences"] == [owner.reference()]
+    assert workflow_name_from_env({"WORKFLOW_NAME": "training-abc"}) == "training-abc"
+    assert workflow_name_from_env({"WORKFLOW_NAME": " "}) is None
+    assert not workflow_shutting_down({**workflow, "spec": {"activeDeadlineSeconds": 3600}})
+    assert workflow_shutting_down({**workflow, "spec": {"activeDeadlineSeconds": 0}})  # KFP
+    assert workflow_shutting_down({**workflow, "spec": {"shutdown": "Terminate"}})  # argo
+    assert not workflow_shutting_down(workflow)
