@@ -20,6 +20,7 @@ Value sets (``tests/fixtures/chart/``; ``minimal`` is the chart's defaults plus
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -1298,3 +1299,203 @@ def test_the_path_filter_can_be_turned_off_and_refuses_a_shared_port(helm, home)
     assert [c["name"] for c in vllm_pod["spec"]["template"]["spec"]["containers"]] == ["vllm"]
     stderr = render_error(helm, home, "--set", "vllm.pathFilter.internalPort=8000")
     assert "vllm.pathFilter.internalPort (8000) must differ from vllm.port" in stderr
+
+
+# ---- images: by tag, or pinned by digest --------------------------------------------------------
+
+# What each container runs: the gateway's image (the gateway, the path filter, the helm test pod),
+# vLLM's, and the fetcher's.
+IMAGE_OF_CONTAINER = {
+    "gateway": "gateway",
+    "path-filter": "gateway",
+    "list-models": "gateway",
+    "vllm": "vllm",
+    "fetch-weights": "fetcher",
+}
+DIGESTS = {
+    "gateway": "sha256:" + hashlib.sha256(b"serve image").hexdigest(),
+    "vllm": "sha256:" + hashlib.sha256(b"vllm image").hexdigest(),
+    "fetcher": "sha256:" + hashlib.sha256(b"base image").hexdigest(),
+}
+DIGEST_VALUES = {
+    "gateway": "gateway.image.digest",
+    "vllm": "vllm.image.digest",
+    "fetcher": "vllm.fetcher.image.digest",
+}
+
+
+def default_images() -> dict[str, str]:
+    """``repository:tag`` of each image kind, from the chart's defaults."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    images = {
+        "gateway": values["gateway"]["image"],
+        "vllm": values["vllm"]["image"],
+        "fetcher": values["vllm"]["fetcher"]["image"],
+    }
+    return {kind: f"{i['repository']}:{i['tag']}" for kind, i in images.items()}
+
+
+def pod_containers(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(owner name, container) of every container and init container the release runs."""
+    found = []
+    for doc in docs:
+        if doc["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "Job"}:
+            spec = doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "Pod":
+            spec = doc["spec"]
+        else:
+            continue
+        for c in spec["containers"] + spec.get("initContainers", []):
+            found.append((doc["metadata"]["name"], c))
+    return found
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_images_without_a_digest_render_by_tag_as_before(rendered, value_set) -> None:
+    """No digest given (the default): each image is ``repository:tag``, nothing appended."""
+    expected = default_images()
+    containers = pod_containers(rendered[value_set])
+    assert {c["name"] for _, c in containers} <= set(IMAGE_OF_CONTAINER)
+    for owner, c in containers:
+        want = expected[IMAGE_OF_CONTAINER[c["name"]]]
+        if value_set == "gpu" and owner == f"{RELEASE}-conductor-model" and c["name"] == "vllm":
+            want = "vllm/vllm-openai:v0.28.0"  # conductorModel.image.tag
+        assert c["image"] == want, (owner, c["name"])
+    assert "@" not in "".join(c["image"] for _, c in containers)
+
+
+def digest_args(*kinds: str) -> list[str]:
+    return [arg for kind in kinds for arg in ("--set", f"{DIGEST_VALUES[kind]}={DIGESTS[kind]}")]
+
+
+@pytest.mark.parametrize("value_set", ["minimal", "workers", "exposed"])
+def test_every_image_is_pinned_by_its_digest_when_given(helm, home, value_set) -> None:
+    """With the gateway's, vLLM's and the fetcher's digests set, every container and init
+    container of that image (the path filter and the helm test pod run the gateway's) pulls
+    ``repository:tag@digest``; the tag stays for readability."""
+    docs = render(helm, home, *value_args(value_set), *digest_args(*DIGESTS))
+    expected = default_images()
+    containers = pod_containers(docs)
+    kinds = {IMAGE_OF_CONTAINER[c["name"]] for _, c in containers}
+    assert kinds == set(DIGESTS), kinds  # each kind is rendered somewhere
+    for owner, c in containers:
+        kind = IMAGE_OF_CONTAINER[c["name"]]
+        assert c["image"] == f"{expected[kind]}@{DIGESTS[kind]}", (owner, c["name"])
+    if value_set == "workers":
+        vllm_images = [c["image"] for _, c in containers if c["name"] == "vllm"]
+        assert len(vllm_images) == 3  # the Conductor model and both deploy workers
+
+
+def test_one_digest_pins_only_its_own_image(helm, home) -> None:
+    docs = render(helm, home, *digest_args("fetcher"))
+    images = {c["name"]: c["image"] for _, c in pod_containers(docs)}
+    expected = default_images()
+    assert images["fetch-weights"] == f"{expected['fetcher']}@{DIGESTS['fetcher']}"
+    assert images["vllm"] == expected["vllm"]
+    assert images["gateway"] == images["path-filter"] == images["list-models"]
+    assert images["gateway"] == expected["gateway"]
+
+
+def test_a_servers_image_override_merges_its_digest(helm, home) -> None:
+    """A server's `image` overrides vllm.image field by field, the digest included: its own
+    digest replaces vllm.image's, its own repository/tag with vllm.image's digest would name
+    another build than the tag says (refused), and `digest: ""` there pulls it by tag."""
+    own = "sha256:" + hashlib.sha256(b"conductor vllm build").hexdigest()
+    worker = [
+        *("--set", "pool.workers[0].name=coder"),
+        *("--set", "pool.workers[0].deploy.source=Qwen/Qwen2.5-Coder-7B-Instruct"),
+    ]
+    docs = render(
+        helm,
+        home,
+        *digest_args("vllm"),
+        *worker,
+        *("--set", f"conductorModel.image.digest={own}"),
+    )
+    deployments = vllm_deployments(docs)
+    vllm_image = default_images()["vllm"]
+    model = container(deployments[f"{RELEASE}-conductor-model"], "vllm")
+    assert model["image"] == f"{vllm_image}@{own}"
+    coder = container(deployments[f"{RELEASE}-conductor-worker-coder"], "vllm")
+    assert coder["image"] == f"{vllm_image}@{DIGESTS['vllm']}"
+
+    docs = render(
+        helm,
+        home,
+        *digest_args("vllm"),
+        *worker,
+        *("--set", "pool.workers[0].deploy.image.repository=registry.example/vllm"),
+        *("--set", "pool.workers[0].deploy.image.tag=v0.28.0"),
+        *("--set", f"pool.workers[0].deploy.image.digest={own}"),
+    )
+    coder = container(vllm_deployments(docs)[f"{RELEASE}-conductor-worker-coder"], "vllm")
+    assert coder["image"] == f"registry.example/vllm:v0.28.0@{own}"
+
+    stderr = render_error(
+        helm, home, *digest_args("vllm"), "--set", "conductorModel.image.tag=v0.28.0"
+    )
+    assert "conductorModel.image" in stderr and "vllm.image.digest" in stderr, stderr
+    docs = render(
+        helm,
+        home,
+        *digest_args("vllm"),
+        *("--set", "conductorModel.image.tag=v0.28.0", "--set", "conductorModel.image.digest="),
+    )
+    model = container(vllm_deployments(docs)[f"{RELEASE}-conductor-model"], "vllm")
+    assert model["image"] == "vllm/vllm-openai:v0.28.0"
+
+
+BAD_DIGESTS = [
+    "sha256:abc",  # too short
+    "md5:" + "0" * 32,  # another algorithm
+    "sha512:" + "0" * 128,  # another algorithm
+    "sha256:" + "A" * 64,  # upper case
+    "sha256:" + "0" * 65,  # too long
+    "0" * 64,  # no algorithm
+    "sha256:" + "g" * 64,  # not hex
+    f"@sha256:{'0' * 64}",  # the separator is the chart's
+    f"sha256:{'0' * 64}\n",  # a line break after it
+]
+DIGEST_PATHS = [
+    "gateway.image.digest",
+    "vllm.image.digest",
+    "vllm.fetcher.image.digest",
+    "conductorModel.image.digest",
+    "pool.workers[0].deploy.image.digest",
+]
+
+
+@pytest.mark.parametrize("path", DIGEST_PATHS)
+@pytest.mark.parametrize("digest", BAD_DIGESTS)
+def test_values_schema_refuses_a_malformed_digest(helm, home, path, digest) -> None:
+    args = ["--set-string", f"{path}={digest}"]
+    if path.startswith("pool."):
+        args += [
+            "--set",
+            "pool.workers[0].name=coder",
+            "--set",
+            "pool.workers[0].deploy.source=x/y",
+        ]
+    error = render_error(helm, home, *args)
+    assert "values don't meet the specifications of the schema" in error, error
+    assert "digest" in error and "Additional property" not in error, error  # a known key
+
+
+@pytest.mark.parametrize("digest", ["sha256:abc", "md5:" + "0" * 32])
+def test_a_malformed_digest_fails_lint_too(helm, home, digest) -> None:
+    done = run_helm(
+        helm,
+        ["lint", "--strict", str(CHART), *MINIMAL, "--set-string", f"vllm.image.digest={digest}"],
+        home,
+    )
+    assert done.returncode != 0
+    assert "vllm.image.digest" in done.stdout + done.stderr
+
+
+def test_lint_passes_with_digests(helm, home) -> None:
+    done = run_helm(
+        helm,
+        ["lint", "--strict", str(CHART), *value_args("workers"), *digest_args(*DIGESTS)],
+        home,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

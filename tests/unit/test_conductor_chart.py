@@ -159,6 +159,88 @@ def test_vllm_image_tag_is_inside_the_tested_vllm_window() -> None:
     assert requirement.specifier.contains(tag.removeprefix("v")), (tag, requirement)
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def image_schemas(node: object, path: str = "") -> list[tuple[str, dict]]:
+    """(path, schema) of every image dict of the values schema (an object with a repository)."""
+    found = []
+    if isinstance(node, dict):
+        if "repository" in node.get("properties", {}):
+            found.append((path, node))
+        for key, value in node.items():
+            found += image_schemas(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += image_schemas(value, f"{path}[{i}]")
+    return found
+
+
+def test_every_image_takes_an_optional_digest() -> None:
+    """Each image dict (gateway, vLLM, fetcher, a server's override) takes `digest`: "" (by tag,
+    the default) or sha256 and 64 lower-case hex digits, nothing else."""
+    import jsonschema
+
+    schema = load_schema()
+    images = image_schemas(schema)
+    paths = {path for path, _ in images}
+    assert paths == {
+        "/properties/gateway/properties/image",
+        "/properties/vllm/properties/image",
+        "/properties/vllm/properties/fetcher/properties/image",
+        "/properties/conductorModel/properties/image",
+        "/properties/pool/properties/workers/items/properties/deploy/properties/image",
+    }, paths
+    definitions = {"definitions": schema["definitions"]}
+    for path, image in images:
+        assert image["additionalProperties"] is False, path
+        assert "digest" not in image.get("required", []), path
+        digest = {**image["properties"]["digest"], **definitions}
+        validator = jsonschema.Draft7Validator(digest)
+        for good in ("", DIGEST):
+            assert validator.is_valid(good), (path, good)
+        for bad in (
+            "sha256:abc",
+            "md5:" + "0" * 32,
+            "sha256:" + "A" * 64,
+            "sha256:" + "0" * 63,
+            "sha256:" + "0" * 65,
+            "0" * 64,
+            "@" + DIGEST,
+            None,
+            0,
+        ):
+            assert not validator.is_valid(bad), (path, bad)
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    for image in (
+        values["gateway"]["image"],
+        values["vllm"]["image"],
+        values["vllm"]["fetcher"]["image"],
+    ):
+        assert image["digest"] == ""
+    assert values["conductorModel"]["image"] == {}  # an override: empty = vllm.image as is
+
+
+def test_images_are_rendered_by_one_template() -> None:
+    """No template writes its own `repository:tag`: every image line goes through the
+    conductor.image helper (so a digest reaches each of them)."""
+    templates = CHART / "templates"
+    image_lines = []
+    for path in sorted(templates.rglob("*")):
+        if path.suffix not in {".yaml", ".tpl"} or path.name == "_helpers.tpl":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"\.(repository|tag)\b", text), path
+        image_lines += [
+            (path.name, line.strip())
+            for line in text.splitlines()
+            if re.match(r"\s*(- )?image:", line)
+        ]
+    assert len(image_lines) == 5, image_lines  # gateway, fetcher, vLLM, path filter, helm test
+    for name, line in image_lines:
+        assert re.fullmatch(r'image: \{\{ include "conductor\.image" .+ \}\}', line), (name, line)
+
+
 def test_every_value_is_documented() -> None:
     """Each key of values.yaml has a comment on the line(s) above it or its parent's."""
     lines = (CHART / "values.yaml").read_text(encoding="utf-8").splitlines()

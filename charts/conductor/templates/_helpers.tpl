@@ -66,6 +66,17 @@ conductor.platform/worker: {{ . }}
 {{- printf "%s-worker-%s" (include "conductor.fullname" .root) .name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The reference of an image from its values (repository, tag, digest): repository:tag, or with a
+digest repository:tag@digest, which the runtime pulls by the digest alone (the tag is for
+readers), so a tag pushed again elsewhere never changes what runs. Every image goes through here. */}}
+{{- define "conductor.image" -}}
+{{- if .digest -}}
+{{- printf "%s:%s@%s" .repository .tag .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "conductor.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "conductor.fullname" .) .Values.serviceAccount.name -}}
@@ -289,6 +300,12 @@ key: VLLM_API_KEY
 {{- end -}}
 {{- end -}}
 {{- range $servers -}}
+{{- $image := .spec.image | default dict -}}
+{{- $d := $v.vllm.image -}}
+{{- $moved := or (and $image.repository (ne $image.repository $d.repository)) (and $image.tag (ne $image.tag $d.tag)) -}}
+{{- if and $d.digest $moved (not (hasKey $image "digest")) -}}
+{{- fail (printf "%s.image: its repository/tag (%s) is not vllm.image's, whose digest (vllm.image.digest) names a build of %s:%s; give %s.image.digest too (\"\" = pull it by tag)" .what (printf "%s:%s" ($image.repository | default $d.repository) ($image.tag | default $d.tag)) $d.repository $d.tag .what) -}}
+{{- end -}}
 {{- $gpus := int (dig "gpu" "count" 1 .spec) -}}
 {{- $tp := int (.spec.tensorParallelSize | default 1) -}}
 {{- if ne (mod $gpus $tp) 0 -}}

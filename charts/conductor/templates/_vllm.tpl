@@ -15,6 +15,8 @@ Argument: dict
 {{- $s := .spec -}}
 {{- $labelArgs := dict "root" $root "component" .component "worker" .worker -}}
 {{- $image := mergeOverwrite (deepCopy $d.image) ($s.image | default dict) -}}
+{{- /* mergeOverwrite keeps vllm.image's digest under an empty one: a server's digest "" pulls by tag */ -}}
+{{- if hasKey ($s.image | default dict) "digest" }}{{ $_ := set $image "digest" $s.image.digest }}{{ end -}}
 {{- $storage := mergeOverwrite (deepCopy $d.storage) ($s.storage | default dict) -}}
 {{- $runtimeClass := $s.runtimeClassName | default $d.runtimeClassName -}}
 {{- $nodeSelector := $s.nodeSelector | default $d.nodeSelector -}}
@@ -103,7 +105,7 @@ spec:
         # Downloads the weights (s3://, models:/NAME@ALIAS, runs:/) with the library's own
         # loader, then links /models/{{ .key }} to the folder holding config.json.
         - name: fetch-weights
-          image: "{{ $d.fetcher.image.repository }}:{{ $d.fetcher.image.tag }}"
+          image: {{ include "conductor.image" $d.fetcher.image | quote }}
           imagePullPolicy: {{ $d.fetcher.image.pullPolicy }}
           command:
             - python
@@ -157,7 +159,7 @@ spec:
       {{- end }}
       containers:
         - name: vllm
-          image: "{{ $image.repository }}:{{ $image.tag }}"
+          image: {{ include "conductor.image" $image | quote }}
           imagePullPolicy: {{ $image.pullPolicy }}
           command:
             {{- toYaml $d.command | nindent 12 }}
@@ -283,7 +285,7 @@ spec:
         # and the rest, which vLLM's --api-key leaves open, get 403.
         - name: path-filter
           {{- $gwImage := $root.Values.gateway.image }}
-          image: "{{ $gwImage.repository }}:{{ $gwImage.tag }}"
+          image: {{ include "conductor.image" $gwImage | quote }}
           imagePullPolicy: {{ $gwImage.pullPolicy }}
           command: ["python", "-m", "conductor_core.serve.model_proxy"]
           args:
