@@ -224,6 +224,22 @@ def controller(
     return thread, errors
 
 
+def launch_to_completion(api: client.ApiClient, log: Callable[[str], None] = lambda _: None) -> str:
+    """Launch a new request whose TrainJob the fake controller completes at once; its name."""
+    settings = make_settings(stream_logs=False)
+    request = make_request()
+    name = build_manifests(request, settings).name
+
+    def steps() -> None:
+        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
+
+    thread, errors = controller(api, name, steps)
+    launch_and_wait(request, settings, api_client=api, log=log)
+    thread.join(5)
+    assert not errors, errors
+    return name
+
+
 def test_complete_job_is_created_as_built_streams_rank0_log_and_is_kept(cluster, api) -> None:
     settings = make_settings()
     request = make_request()
@@ -577,17 +593,7 @@ def test_trainjob_and_configmap_are_owned_by_the_launching_pod(
 def test_a_local_run_sets_no_owner(cluster, api, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in POD_ENV:
         monkeypatch.delenv(key, raising=False)
-    settings = make_settings(stream_logs=False)
-    request = make_request()
-    name = build_manifests(request, settings).name
-
-    def steps() -> None:
-        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
-
-    thread, errors = controller(api, name, steps)
-    launch_and_wait(request, settings, api_client=api, log=lambda _: None)
-    thread.join(5)
-    assert not errors, errors
+    name = launch_to_completion(api)
     assert "ownerReferences" not in get_job(api, name)["metadata"]
     assert not get_configmap(api, f"{name}-config").metadata.owner_references
 
@@ -660,17 +666,7 @@ def test_a_job_owned_by_the_run_outlives_its_launcher_pod(
     env = create_workflow(api, create_task_pod(api, f"launcher-{uuid.uuid4().hex[:6]}"))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    settings = make_settings(stream_logs=False)
-    request = make_request()
-    name = build_manifests(request, settings).name
-
-    def steps() -> None:
-        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
-
-    thread, errors = controller(api, name, steps)
-    launch_and_wait(request, settings, api_client=api, log=lambda _: None)
-    thread.join(5)
-    assert not errors, errors
+    name = launch_to_completion(api)
     job = get_job(api, name)
     workflow = get_workflow(api, env["WORKFLOW_NAME"])
     assert job["metadata"]["ownerReferences"] == [
@@ -747,18 +743,8 @@ def test_without_a_readable_workflow_the_launcher_pod_owns_the_job(
     env = create_task_pod(api, f"launcher-{uuid.uuid4().hex[:6]}")
     for key, value in {**env, "WORKFLOW_NAME": "no-such-workflow"}.items():
         monkeypatch.setenv(key, value)
-    settings = make_settings(stream_logs=False)
-    request = make_request()
-    name = build_manifests(request, settings).name
-
-    def steps() -> None:
-        set_conditions(api, name, [{"type": "Complete", "status": "True"}])
-
-    thread, errors = controller(api, name, steps)
     lines: list[str] = []
-    launch_and_wait(request, settings, api_client=api, log=lines.append)
-    thread.join(5)
-    assert not errors, errors
+    name = launch_to_completion(api, log=lines.append)
     (owner,) = get_job(api, name)["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("Pod", env["POD_UID"])
     assert any("could not read Workflow no-such-workflow" in line for line in lines), lines
