@@ -62,18 +62,52 @@ def _token(token_env: str | None) -> str | None:
     default=None,
     help="Evaluation shards run at once (KFP fixes it at compile time; default 4).",
 )
-def compile_cmd(names, out_dir, settings_path, eval_parallelism) -> None:
+@click.option(
+    "--images",
+    "push_record",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Push record of `make images REGISTRY=...` (.images/pushed.json): its images are named "
+    "by digest (pull policy IfNotPresent), the others by its registry and tag (Always).",
+)
+@click.option(
+    "--image-registry",
+    envvar="CONDUCTOR_IMAGE_REGISTRY",
+    default=None,
+    help="Registry the images are pulled from (host[:port][/path]); with it, --image-tag or "
+    "--images every task gets an explicit pull policy. [env: CONDUCTOR_IMAGE_REGISTRY]",
+)
+@click.option(
+    "--image-tag",
+    envvar="CONDUCTOR_IMAGE_TAG",
+    default=None,
+    help="Tag of the images (e.g. the commit `make images REGISTRY=...` pushed; pull policy "
+    "Always). [env: CONDUCTOR_IMAGE_TAG]",
+)
+def compile_cmd(
+    names, out_dir, settings_path, eval_parallelism, push_record, image_registry, image_tag
+) -> None:
     """Compile pipelines (all by default) to YAML for the Kubeflow UI or `submit`."""
+    from conductor_core.cluster.images import pins as image_pins
     from conductor_core.cluster.settings import load_cluster_settings
     from pipelines.registry import compile_pipeline
 
     settings = load_cluster_settings(settings_path)
+    pins = None
+    if push_record or image_registry or image_tag:
+        try:
+            pins = image_pins(image_registry, image_tag, push_record)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+        for line in pins.describe():
+            click.echo(f"image {line}")
     for name in names or NAMES:
         path = compile_pipeline(
             name,
             Path(out_dir) / f"{name}.yaml",
             settings=settings,
             eval_parallelism=eval_parallelism,
+            pins=pins,
         )
         click.echo(f"compiled {name}: {path}")
 
@@ -186,7 +220,20 @@ def close_stale_cmd(host, token_env, namespace) -> None:
     "--set that differs is refused) and its backend; a --docker run needs the MLflow and S3 it "
     "ran with (MLFLOW_TRACKING_URI and an S3 endpoint).",
 )
-def run_cmd(name, local, docker, root, sets, verbose, resume) -> None:
+@click.option(
+    "--compiled",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="With --docker: the compiled YAML to run (default pipelines/compiled/NAME.yaml), e.g. "
+    "one compiled with --images.",
+)
+@click.option(
+    "--pull",
+    is_flag=True,
+    help="With --docker: pull the images the engine lacks from their registry (without it, only "
+    "images of a registry on 127.0.0.1/localhost are pulled; others must be built here).",
+)
+def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull) -> None:
     """Run a pipeline end to end on this machine and print its summary (a cluster run is
     `submit`)."""
     from pipelines.local import run_local
@@ -194,13 +241,22 @@ def run_cmd(name, local, docker, root, sets, verbose, resume) -> None:
 
     if local == docker:
         raise click.UsageError("give exactly one of --local and --docker")
+    if (compiled or pull) and not docker:
+        raise click.UsageError("--compiled and --pull go with --docker")
     params = _parse_sets(sets)
     where = "in containers" if docker else "locally"
     click.echo(f"running pipeline {name} {where} under {Path(root).resolve()}", err=True)
     resumed = False if resume is None else (resume or True)
     try:
         result = run_local(
-            name, params, root=root, verbose=verbose, containers=docker, resume=resumed
+            name,
+            params,
+            root=root,
+            verbose=verbose,
+            containers=docker,
+            resume=resumed,
+            compiled=Path(compiled) if compiled else None,
+            pull=pull,
         )
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc

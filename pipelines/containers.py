@@ -212,17 +212,32 @@ def secret_env_names(path: Path) -> list[str]:
 
 
 def missing_images(images: list[str]) -> list[str]:
-    """The images of ``images`` the local Docker engine does not have (nothing is pulled).
+    """The images of ``images`` (tags or ``repository@digest``) the local Docker engine does not
+    have (nothing is pulled).
 
     Raises:
         ConductorError: no Docker engine can be reached.
     """
     docker = _docker_client()
     try:
-        have = {tag for image in docker.images.list() for tag in image.tags}
+        have = {
+            name
+            for image in docker.images.list()
+            for name in (*image.tags, *image.attrs.get("RepoDigests", []))
+        }
     finally:
         docker.close()
     return [i for i in images if i not in have]
+
+
+def pullable(image: str, pull: bool) -> bool:
+    """Whether the rehearsal may let KFP's DockerRunner pull ``image``: from a registry on this
+    machine's loopback (one that ``make images REGISTRY=127.0.0.1:PORT`` pushed to), or from any
+    registry when asked (``pull``). Otherwise a missing image is an error: a rehearsal runs what
+    was built here, not whatever a registry has under the name."""
+    from conductor_core.cluster.images import is_loopback
+
+    return pull or is_loopback(image)
 
 
 def leftover_containers(rehearsal_id: str, settle_s: float = 20.0) -> list[str]:
@@ -281,21 +296,28 @@ def _docker_client() -> Any:
 
 
 @contextlib.contextmanager
-def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
-    """Prepare a rehearsal of ``compiled`` under ``root``: check the images exist locally,
-    start an S3 server and an MLflow server on loopback unless ``MLFLOW_TRACKING_URI`` and an S3
-    endpoint are given, and stop them (and any container left behind) at the end.
+def rehearsal(compiled: Path, root: Path, pull: bool = False) -> Iterator[Rehearsal]:
+    """Prepare a rehearsal of ``compiled`` under ``root``: check the images exist locally
+    (or may be pulled: :func:`pullable`; KFP's runner pulls them as a node would, when the first
+    task that names one starts), start an S3 server and an MLflow server on loopback unless
+    ``MLFLOW_TRACKING_URI`` and an S3 endpoint are given, and stop them (and any container left
+    behind) at the end.
 
     Raises:
-        ConductorError: no engine, or an image the pipeline names is not built.
+        ConductorError: no engine, or an image the pipeline names is not built and may not be
+            pulled.
     """
     images, gpu_only = pipeline_images(compiled)
     missing = missing_images(images)
-    if missing:
+    refused = [i for i in missing if not pullable(i, pull)]
+    if refused:
         raise ConductorError(
-            f"--docker: image(s) not built here: {', '.join(missing)}; run `make images` "
-            "(nothing is pulled from a registry)"
+            f"--docker: image(s) not built here: {', '.join(refused)}; run `make images` "
+            "(nothing is pulled from a registry other than one on 127.0.0.1/localhost, unless "
+            "--pull is given)"
         )
+    if missing:
+        log.info("--docker: %s will be pulled by the first task that runs it", ", ".join(missing))
     if missing_images(gpu_only):
         log.warning(
             "--docker: %s is not built here; only the GPU branches use it (a GPU profile "
@@ -303,14 +325,13 @@ def rehearsal(compiled: Path, root: Path) -> Iterator[Rehearsal]:
             ", ".join(gpu_only),
         )
     rid = uuid.uuid4().hex[:12]
-    given_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-    given_endpoint = _given_endpoint()
+    given = given_services()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_exit_codes_kept())
-        if given_services():
+        if given is not None:
             s3_env = {k: os.environ[k] for k in _S3_ENVS if os.environ.get(k)}
-            s3_env.update({k: given_endpoint for k in ENDPOINT_ENVS})
-            tracking_uri = store_uri = given_uri
+            s3_env.update({k: given["s3"] for k in ENDPOINT_ENVS})
+            tracking_uri = store_uri = given["mlflow"]
             kept = True
             artifact_root = os.environ.get("CONDUCTOR_ARTIFACT_ROOT", "")
             if not artifact_root.startswith("s3://"):
@@ -366,12 +387,13 @@ def _given_endpoint() -> str:
     return next((os.environ[k] for k in ENDPOINT_ENVS if os.environ.get(k)), "")
 
 
-def given_services() -> bool:
-    """Whether this process names the MLflow server and S3 endpoint a rehearsal's tasks use
+def given_services() -> dict[str, str] | None:
+    """The MLflow server and S3 endpoint this process names for a rehearsal's tasks
     (``MLFLOW_TRACKING_URI`` and an S3 endpoint), as a cluster gives them: they outlive the
-    rehearsal, so that a killed one can be resumed. Otherwise it starts its own on loopback,
-    and its S3 (in memory) ends with it."""
-    return bool(os.environ.get("MLFLOW_TRACKING_URI") and _given_endpoint())
+    rehearsal, so that a killed one can be resumed. None when either is missing: the rehearsal
+    then starts its own on loopback, and its S3 (in memory) ends with it."""
+    uri, endpoint = os.environ.get("MLFLOW_TRACKING_URI", ""), _given_endpoint()
+    return {"mlflow": uri, "s3": endpoint} if uri and endpoint else None
 
 
 @contextlib.contextmanager

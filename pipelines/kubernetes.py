@@ -7,7 +7,10 @@ compiled YAML, where tests assert on them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from kfp import kubernetes
@@ -18,11 +21,42 @@ from conductor_core.cluster.trainjob import POD_IDENTITY_FIELDS
 SHM_VOLUME = "dshm"
 WORKSPACE_VOLUME = "workspace"
 
+_PINS: contextvars.ContextVar[Any] = contextvars.ContextVar("conductor_image_pins", default=None)
+
+
+@contextlib.contextmanager
+def pinned_images(pins: Any) -> Iterator[None]:
+    """Within the block, :func:`apply_pod_settings` pins every task's image:
+    ``pins`` (:class:`~conductor_core.cluster.images.ImagePins`, or None for the release's
+    references as the components name them, with no pull policy)."""
+    token = _PINS.set(pins)
+    try:
+        yield
+    finally:
+        _PINS.reset(token)
+
+
+def pin_image(task: Any) -> Any:
+    """Give a task the pinned reference of its image and the pull policy that reference needs
+    (``kfp-kubernetes`` ``set_image_pull_policy``: ``IfNotPresent`` for a digest, ``Always`` for
+    a tag), when a compile pins images (:func:`pinned_images`); otherwise leave it as it is."""
+    pins = _PINS.get()
+    if pins is None or task.container_spec is None:
+        return task
+    # The task's own copy of its component's container (KFP deep-copies it for each task).
+    from conductor_core.cluster.images import pull_policy
+
+    task.container_spec.image = ref = pins.resolve(task.container_spec.image)
+    kubernetes.set_image_pull_policy(task, pull_policy(ref))
+    return task
+
 
 def apply_pod_settings(task: Any, pod: Any) -> Any:
     """Apply a :class:`~conductor_core.cluster.settings.PodSettings` to a pipeline task:
     resources and accelerators, node selector, tolerations, a memory-backed ``/dev/shm``, the
-    workspace volume, Secrets as environment variables and plain environment variables."""
+    workspace volume, Secrets as environment variables and plain environment variables; and,
+    when the compile pins images, the image and its pull policy (:func:`pin_image`)."""
+    pin_image(task)
     requests, limits = pod.resource_requests(), pod.resource_limits()
     if "cpu" in requests:
         task.set_cpu_request(requests["cpu"])

@@ -237,9 +237,18 @@ class _Backend:
 
 
 @contextmanager
-def _backend(name: str, root: Path, kfp_root: Path, containers: bool):
+def _backend(
+    name: str,
+    root: Path,
+    kfp_root: Path,
+    containers: bool,
+    compiled: Path | None = None,
+    pull: bool = False,
+):
     """Subprocesses of this Python on the pipeline built here (the embedded default), or, with
-    ``containers``, the compiled pipeline in Docker containers (pipelines/containers.py)."""
+    ``containers``, the compiled pipeline (``compiled``, default ``pipelines/compiled/<name>.yaml``)
+    in Docker containers (pipelines/containers.py), pulling missing images where ``pull`` or
+    their registry is on loopback."""
     if not containers:
         import kfp.local
 
@@ -261,10 +270,10 @@ def _backend(name: str, root: Path, kfp_root: Path, containers: bool):
     from pipelines.containers import compiled_pipeline, rehearsal, writable_pipeline_root
     from pipelines.registry import COMPILED_DIR
 
-    compiled = COMPILED_DIR / f"{name}.yaml"
+    compiled = compiled or COMPILED_DIR / f"{name}.yaml"
     pipeline = compiled_pipeline(compiled)
     writable_pipeline_root(kfp_root)
-    with rehearsal(compiled, root) as setup:
+    with rehearsal(compiled, root, pull=pull) as setup:
         yield _Backend(
             pipeline=pipeline,
             runner=setup.runner(),
@@ -285,6 +294,8 @@ def run_local(
     verbose: bool = False,
     containers: bool = False,
     resume: str | bool = False,
+    compiled: Path | None = None,
+    pull: bool = False,
 ) -> LocalRun:
     """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
 
@@ -295,7 +306,9 @@ def run_local(
 
     By default every task is a subprocess of this Python. With ``containers`` the compiled
     pipeline runs instead, every task in a Docker container of the image it names, sharing only
-    KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`pipelines.containers`).
+    KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`pipelines.containers`): the
+    committed ``pipelines/compiled/<name>.yaml`` or ``compiled``; images the engine lacks are
+    pulled only from a loopback registry, or from any with ``pull``.
     ``echo`` receives one line as each task starts and ends (default: stderr). With ``verbose``
     the tasks' logs also go to stdout; they always go to ``root/logs/<run>.log``. A failed task
     ends the run; the result then has ``ok`` False and the error, and the log keeps the task's
@@ -306,6 +319,7 @@ def run_local(
     from pipelines.containers import given_services
     from pipelines.local_resume import (
         cached_run_dirs,
+        check_backend,
         find_record,
         fixed_run_id,
         new_record,
@@ -316,7 +330,8 @@ def run_local(
     say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     root = Path(root).expanduser().resolve()
     backend_name = "docker" if containers else "local"
-    resumable = not containers or given_services()
+    services = given_services() if containers else None
+    resumable = not containers or services is not None
     if resume and not resumable:
         raise ConfigError(
             "--resume of a --docker run needs the MLflow server and S3 endpoint it ran with "
@@ -325,10 +340,11 @@ def run_local(
         )
     if resume:
         record = find_record(root, name, resume if isinstance(resume, str) else None)
-        params = resumed_params(record, params or {}, backend_name)
+        check_backend(record, backend_name, services)
+        params = resumed_params(record, params or {})
         say(f"resuming {name} run {record.run_id} (started {record.started})")
     else:
-        record = new_record(root, name, params or {}, backend_name)
+        record = new_record(root, name, params or {}, backend_name, services)
         how = (
             "the same command with --resume"
             if resumable
@@ -370,7 +386,7 @@ def run_local(
     before = set(kfp_root.glob("*")) if kfp_root.exists() else set()
     error = None
     leftovers: list[str] = []
-    backend_ctx = _backend(name, root, kfp_root, containers)
+    backend_ctx = _backend(name, root, kfp_root, containers, compiled, pull)
     with (
         _run_lock(root) as alone,
         backend_ctx as backend,

@@ -24,7 +24,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ class RunRecord:
     started: str
     backend: str = "local"
     """``local`` (tasks in this Python) or ``docker`` (the compiled pipeline in containers)."""
+    services: dict[str, str] = field(default_factory=dict)
+    """A ``docker`` run's MLflow and S3 endpoints (where its finished tasks' outputs are)."""
 
     def cache_root(self, root: Path) -> Path:
         """This run's task cache under ``root``."""
@@ -61,16 +63,21 @@ def _plain(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def new_record(
-    root: Path, pipeline: str, params: Mapping[str, Any], backend: str = "local"
+    root: Path,
+    pipeline: str,
+    params: Mapping[str, Any],
+    backend: str = "local",
+    services: Mapping[str, str] | None = None,
 ) -> RunRecord:
-    """Draw a run id for a new run of ``pipeline`` on ``backend`` and write its record under
-    ``root``."""
+    """Draw a run id for a new run of ``pipeline`` on ``backend`` (with ``services``, a docker
+    run's endpoints) and write its record under ``root``."""
     record = RunRecord(
         pipeline=pipeline,
         run_id=f"local-{secrets.token_hex(6)}",
         params=_plain(params),
         started=datetime.now(UTC).isoformat(),  # sortable, to the microsecond
         backend=backend,
+        services=dict(services or {}),
     )
     folder = root / RECORDS
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,17 +107,32 @@ def find_record(root: Path, pipeline: str, run: str | None = None) -> RunRecord:
     return max(mine, key=lambda r: r.started)
 
 
-def resumed_params(
-    record: RunRecord, given: Mapping[str, Any], backend: str = "local"
-) -> dict[str, Any]:
-    """The parameters of the resumed run: the recorded ones. A parameter given now must be the
-    same, and so must the backend; a difference is a :class:`ConfigError` naming it (the
-    finished tasks were computed with the recorded values)."""
+def check_backend(
+    record: RunRecord, backend: str, services: Mapping[str, str] | None = None
+) -> None:
+    """Raise :class:`ConfigError` unless the run is resumed on the backend it ran on, with the
+    same MLflow and S3 (its finished tasks' outputs are there)."""
     if record.backend != backend:
         raise ConfigError(
             f"--resume {record.run_id}: that run ran with --{record.backend}; resume it with "
             f"--{record.backend} (its finished tasks' outputs are {record.backend}'s)"
         )
+    changed = [
+        f"{key} {value!r} (the run had {record.services.get(key)!r})"
+        for key, value in sorted((services or {}).items())
+        if record.services.get(key) != value
+    ]
+    if changed:
+        raise ConfigError(
+            f"--resume {record.run_id}: the run's outputs are in the MLflow and S3 it ran "
+            "with; now: " + ", ".join(changed)
+        )
+
+
+def resumed_params(record: RunRecord, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of the resumed run: the recorded ones. A parameter given now must be the
+    same; a different one is a :class:`ConfigError` naming it (the finished tasks were computed
+    with the recorded value)."""
     given = _plain(given)
     changed = [
         f"{key}={given[key]!r} (the run had {record.params.get(key, '<its default>')!r})"

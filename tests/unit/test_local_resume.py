@@ -12,6 +12,7 @@ from conductor_core.errors import ConfigError
 from pipelines.local_resume import (
     cache_every_task,
     cached_run_dirs,
+    check_backend,
     find_record,
     new_record,
     resumed_params,
@@ -91,12 +92,21 @@ def test_the_reused_outputs_are_found_in_the_folders_the_cache_names(tmp_path):
     assert cached_run_dirs(record, tmp_path, kfp_root) == [kfp_root / "conductor-curation-1"]
 
 
-def test_a_run_resumes_only_on_the_backend_it_ran_on(tmp_path):
-    record = new_record(tmp_path, "training", {"profile": "tiny"}, "docker")
-    assert find_record(tmp_path, "training").backend == "docker"
-    assert resumed_params(record, {}, "docker") == {"profile": "tiny"}
+def test_a_run_resumes_only_on_the_backend_and_services_it_ran_on(tmp_path):
+    services = {"mlflow": "http://127.0.0.1:5000", "s3": "http://127.0.0.1:9000"}
+    record = new_record(tmp_path, "training", {"profile": "tiny"}, "docker", services)
+    assert find_record(tmp_path, "training") == record
+    check_backend(record, "docker", dict(services))
     with pytest.raises(ConfigError, match="that run ran with --docker; resume it with --docker"):
-        resumed_params(record, {}, "local")
+        check_backend(record, "local")
+    moved = {**services, "s3": "http://127.0.0.1:9001"}
+    with pytest.raises(ConfigError) as err:
+        check_backend(record, "docker", moved)
+    assert "now: s3 'http://127.0.0.1:9001' (the run had 'http://127.0.0.1:9000')" in str(err.value)
+    # a record written before backends were recorded is a local run's
+    old = {"pipeline": "curation", "run_id": "local-0a", "params": {}, "started": "2026-12-01"}
+    (tmp_path / "local-runs" / "local-0a.json").write_text(json.dumps(old))
+    check_backend(find_record(tmp_path, "curation"), "local")
 
 
 def test_a_docker_run_on_its_own_loopback_servers_cannot_be_resumed(tmp_path, monkeypatch):
