@@ -62,16 +62,22 @@ def read_manifest(path: str | Path) -> ModelManifest:
 
 def local_weights(manifest: ModelManifest, cache_dir: str | Path | None = None) -> Path:
     """A local folder holding the manifest's weights: their own folder, or a download of weights
-    that live in S3 into ``cache_dir``; by default a new folder in the pod's workspace volume
-    when it has one (``$CONDUCTOR_WORKDIR``: a 7B model does not fit a container's own disk),
-    else a temporary folder."""
+    that live in S3 into ``cache_dir``; by default a folder in the pod's workspace volume when
+    it has one (``$CONDUCTOR_WORKDIR``: a 7B model does not fit a container's own disk), named
+    after the weights' URI, else a temporary folder.
+
+    The name is the same on every try of a task: the stage config records the path (its
+    ``init_from``), and a retried or resumed stage logs its params to the MLflow run the first
+    try opened, which refuses a changed value. A download overwrites whatever a killed try left.
+    """
+    import hashlib
     import os
-    import tempfile
 
     from conductor_core.pipeline_tasks.context import WORKDIR_ENV, local_workdir
     from conductor_core.track.registry import load_model_dir
 
     remote = not Path(manifest.weights_uri).is_dir()
     if cache_dir is None and remote and os.environ.get(WORKDIR_ENV):
-        cache_dir = tempfile.mkdtemp(prefix="model-", dir=local_workdir("models"))
+        digest = hashlib.sha256(manifest.weights_uri.encode()).hexdigest()[:16]
+        cache_dir = Path(local_workdir("models")) / f"model-{digest}"
     return load_model_dir(manifest.weights_uri, cache_dir)

@@ -309,6 +309,12 @@ def test_remote_weights_are_downloaded_into_the_workspace_when_the_pod_has_one(
     monkeypatch.setenv("CONDUCTOR_WORKDIR", str(tmp_path / "ws"))
     local_weights(manifest)
     assert (tmp_path / "ws") in Path(seen[-1]).parents
+    # the same folder on every try (a retried stage logs the path to the same MLflow run)
+    local_weights(manifest)
+    assert seen[-1] == seen[-2]
+    other = manifest.model_copy(update={"weights_uri": "s3://bucket/run/adaptive/model"})
+    local_weights(other)
+    assert seen[-1] != seen[-2]
     monkeypatch.delenv("CONDUCTOR_WORKDIR")
     local_weights(manifest)
     assert seen[-1] is None  # no workspace: a temporary folder, as before
