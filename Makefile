@@ -16,8 +16,10 @@ test-fast:
 
 # The CPU images (conductor-base, conductor-serve) from images/*/Dockerfile, tagged as
 # conductor_core/cluster/images.py names them; installs and starts the Docker engine where it can.
+# REGISTRY=host:port[/path]: then pushed there tagged by the git commit, digests recorded in
+# .images/pushed.json (`conductor pipeline compile --images .images/pushed.json`).
 images:
-	bash scripts/images.sh
+	bash scripts/images.sh $(if $(REGISTRY),--push $(REGISTRY))
 
 # The hashed lock files the CPU images install (images/{base,serve}/requirements.lock), resolved
 # afresh from pyproject.toml; run after a dependency change (tests/unit/test_images.py says so).

@@ -4,6 +4,13 @@
 #
 #   bash scripts/images.sh            # conductor-base and conductor-serve (make images)
 #   bash scripts/images.sh serve      # one of them
+#   bash scripts/images.sh --push 127.0.0.1:5000 [base]   # then push (make images REGISTRY=...)
+#   bash scripts/images.sh --push-only --push HOST:PORT   # push what is built, build nothing
+#
+# --push REGISTRY tags each built image REGISTRY/conductor-<kind>:<commit> (the git commit's short
+# sha, with -dirty when the tree has changes), pushes it, and records the digest the registry
+# returned in $STATE/pushed.json (printed too): `conductor pipeline compile --images
+# .images/pushed.json` names the images by that digest (docs/pipelines.md, "Images in a registry").
 #
 # On a normal machine this is two `docker build`s: the Dockerfiles' FROM image comes from its
 # registry and torch from PyTorch's CPU index. Where no container registry can be reached, it
@@ -19,8 +26,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KINDS=("$@")
+KINDS=()
+PUSH_REGISTRY=
+BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --push) [ $# -ge 2 ] || { echo "images: --push needs a registry (host:port[/path])" >&2; exit 2; }
+            PUSH_REGISTRY=$2; shift 2 ;;
+    --push=*) PUSH_REGISTRY=${1#--push=}; shift ;;
+    --push-only) BUILD=0; shift ;;
+    -*) echo "images: unknown option $1" >&2; exit 2 ;;
+    *) KINDS+=("$1"); shift ;;
+  esac
+done
 [ ${#KINDS[@]} -eq 0 ] && KINDS=(base serve)
+[ "$BUILD" = 0 ] && [ -z "$PUSH_REGISTRY" ] && { echo "images: --push-only needs --push REGISTRY" >&2; exit 2; }
 STATE=${CONDUCTOR_IMAGES_STATE:-$PWD/.images}
 mkdir -p "$STATE"
 PY=python3
@@ -156,10 +176,35 @@ remove_new_dangling() {
   [ -n "$ids" ] && echo "$ids" | xargs docker image rm >/dev/null 2>&1 || true
 }
 
+# ---- push: the tag and digest logic is conductor_core/cluster/images.py's -------------------
+images_py() { PYTHONPATH=. "$PY" -m conductor_core.cluster.images "$@"; }
+if [ -n "$PUSH_REGISTRY" ]; then
+  COMMIT=$(images_py commit-tag .) || die "cannot tag by commit: this is not a git checkout"
+fi
+push() { # $1: a kind; tags its built image REGISTRY/conductor-<kind>:<commit>, pushes, records
+  local kind=$1 source pushed out pinned start log="$STATE/push-$1.log"
+  source=$(ref "$kind")
+  pushed=$(PYTHONPATH=. "$PY" -c "from conductor_core.cluster.images import reference; print(reference('$kind', '$PUSH_REGISTRY', tag='$COMMIT'))") \
+    || die "invalid registry $PUSH_REGISTRY"
+  docker image inspect "$source" >/dev/null 2>&1 || die "$source is not built: run without --push-only"
+  docker tag "$source" "$pushed"
+  say "pushing $pushed (log: $log)"
+  start=$(date +%s)
+  if ! docker push "$pushed" >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    die "pushing $pushed failed (a registry over plain HTTP other than 127.0.0.0/8 must be in the engine's insecure-registries)"
+  fi
+  pinned=$(images_py record "$STATE/pushed.json" "$kind" "$PUSH_REGISTRY" "$COMMIT" <"$log") \
+    || die "no digest in the output of docker push; see $log"
+  say "pushed $pushed in $(( $(date +%s) - start )) s: $pinned (recorded in $STATE/pushed.json)"
+  echo "$pinned"
+}
+
 # ---- build --------------------------------------------------------------------------------
 for kind in "${KINDS[@]}"; do
   [ -f "images/$kind/Dockerfile" ] || die "no images/$kind/Dockerfile"
   [ "$kind" = train ] && die "conductor-train is a CUDA image: build it on a machine with a registry (images/README.md)"
+  if [ "$BUILD" = 0 ]; then push "$kind"; continue; fi
   target=$(ref "$kind")
   ensure_from "images/$kind/Dockerfile"
   args=()
@@ -184,4 +229,5 @@ for kind in "${KINDS[@]}"; do
   remove_new_dangling "$before"
   size=$(docker image inspect -f '{{.Size}}' "$target" | awk '{printf "%.0f MB", $1/1e6}')
   say "built $target in $(( $(date +%s) - start )) s, $size"
+  if [ -n "$PUSH_REGISTRY" ]; then push "$kind"; fi
 done
