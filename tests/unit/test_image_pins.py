@@ -96,3 +96,12 @@ def test_pins_name_pushed_kinds_by_digest_and_the_others_by_tag(tmp_path) -> Non
     assert all(line.endswith("(Always)") for line in tagged.describe())
     with pytest.raises(ValueError, match="registry"):
         images.pins("Bad/UPPER", "v1")
+
+
+def test_the_rehearsal_pulls_only_from_a_loopback_registry_unless_asked() -> None:
+    from pipelines.containers import pullable
+
+    assert pullable(f"127.0.0.1:5000/conductor-base@{DIGEST}", pull=False)
+    assert pullable("localhost:5000/conductor-base:abc", pull=False)
+    assert not pullable("ghcr.io/conductor-platform/conductor-base:0.1.0", pull=False)
+    assert pullable("ghcr.io/conductor-platform/conductor-base:0.1.0", pull=True)
