@@ -7,9 +7,11 @@ chat-completions body (``instructions`` as a system message, ``input`` as the co
 ``max_output_tokens`` as ``max_tokens``) and validated, limited and solved exactly as one; the
 answer comes back as a ``response`` object, or streamed as the Responses API's events
 (``response.created``, ``response.output_text.delta`` as the answer is written,
-``response.completed`` with the whole response; ``error`` when the workflow fails). Tools,
-structured output and conversation state (``previous_response_id``, ``prompt``) are refused by
-name: a Conductor calls no tools of the client and keeps no responses. A completions request's
+``response.completed`` with the whole response; ``error`` when the workflow fails). ``text.format``
+(``json_object``, or ``json_schema`` with ``name``/``schema``/``strict`` at its top level) is the
+chat path's ``response_format``, asked and checked alike. Tools and conversation state
+(``previous_response_id``, ``prompt``) are refused by name: a Conductor calls no tools of the
+client and keeps no responses. A completions request's
 prompt is asked as the question, and the answer comes back as ``text_completion`` objects.
 """
 
@@ -68,8 +70,8 @@ class _Message(BaseModel):
 class ResponsesRequest(BaseModel):
     """OpenAI's Responses API, text only: solved as the chat completion it stands for
     (`instructions` a system message, `input` the conversation, `max_output_tokens` as
-    max_tokens); other fields are kept and not applied, as the chat path keeps them. `tools`,
-    `previous_response_id`, `prompt` and a `text.format` other than text are refused by name.
+    max_tokens, `text.format` as response_format); other fields are kept and not applied, as the
+    chat path keeps them. `tools`, `previous_response_id` and `prompt` are refused by name.
     (The gateway's OpenAPI description publishes this model's schema.)"""
 
     model_config = ConfigDict(strict=True, extra="allow")
@@ -92,13 +94,8 @@ def chat_request(raw: bytes | str) -> ChatCompletionRequest:
     for param, why in _REFUSED.items():
         if body.get(param):
             raise unsupported_parameter(param, why)
-    text = body.get("text")
-    fmt = text.get("format") if isinstance(text, dict) else None
-    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
-        raise unsupported_parameter(
-            "text.format", "the answer is free text; no JSON mode or schema"
-        )
     check_values(body)
+    response_format = _response_format(body.get("text"))
     try:
         request = ResponsesRequest.model_validate(body)
     except ValidationError as exc:
@@ -133,7 +130,48 @@ def chat_request(raw: bytes | str) -> ChatCompletionRequest:
             chat[theirs] = body[ours]
     if request.stream:  # the usage goes into response.completed
         chat["stream_options"] = {"include_usage": True}
+    if response_format is not None:
+        chat["response_format"] = response_format
     return validate_chat_request(chat)
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    """The chat ``response_format`` of a Responses ``text`` field: its ``format``, with a
+    ``json_schema``'s ``name``, ``schema``, ``description`` and ``strict`` moved under
+    ``json_schema`` (the chat API's shape). None when it asks for free text.
+
+    Raises:
+        RequestError: 400 naming ``text.format`` (or its field) when it is not a format object
+            of a known type, or a ``json_schema`` without a string ``name`` or object ``schema``.
+    """
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise RequestError(400, "text: must be an object", param="text")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise RequestError(400, "text.format: must be an object", param="text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise RequestError(
+            400,
+            "text.format.type: must be 'text', 'json_object' or 'json_schema'",
+            param="text.format.type",
+        )
+    if not isinstance(fmt.get("name"), str):
+        raise RequestError(400, "text.format.name: must be a string", param="text.format.name")
+    if not isinstance(fmt.get("schema"), dict):
+        raise RequestError(
+            400, "text.format.schema: must be a JSON Schema object", param="text.format.schema"
+        )
+    spec = {k: fmt[k] for k in ("name", "schema", "description", "strict") if k in fmt}
+    return {"type": "json_schema", "json_schema": spec}
 
 
 RESPONSE_SCHEMA: dict[str, Any] = {  # a response object, in short

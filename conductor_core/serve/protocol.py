@@ -10,8 +10,9 @@ client, with two documented extensions:
 
 Unknown top-level request fields are accepted and ignored (clients send many optional OpenAI
 sampling parameters); unknown fields inside ``conductor`` are rejected, so a typo is a 400 naming
-it. The OpenAI parameters that ask for something a Conductor cannot do (tools, structured output,
-log probabilities, stop sequences, audio) are declared with their OpenAI types, so that the
+it. ``response_format`` (text, a JSON object, a JSON schema) is declared with its OpenAI shape
+(:class:`ResponseFormat`). The OpenAI parameters that ask for something a Conductor cannot do
+(tools, log probabilities, audio) are declared with their OpenAI types, so that the
 gateway can refuse them by name (:data:`UNSUPPORTED_PARAMETERS`) rather than ignore them. The
 fields declared are validated strictly (no coercion of ``"true"`` to a boolean or ``"5"`` to a
 number), every string of the body must be encodable as UTF-8 (no lone surrogate) and every number
@@ -378,12 +379,65 @@ class ConductorOptions(BaseModel):
     )
 
 
+SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""OpenAI's rule for ``response_format.json_schema.name``."""
+
+
+class JsonSchemaFormat(OpenAIBaseModel):
+    """The ``json_schema`` of a ``response_format`` of type ``json_schema``."""
+
+    model_config = ConfigDict(strict=True, populate_by_name=True)
+
+    name: str = Field(
+        pattern=SCHEMA_NAME.pattern,
+        description="The schema's name: letters, digits, '_' and '-', at most 64.",
+    )
+    description: str | None = Field(default=None, description="What the answer is (for the model).")
+    schema_: dict[str, Any] | None = Field(
+        default=None,
+        alias="schema",
+        description="A JSON Schema (draft 2020-12 unless it says otherwise); the answer must be "
+        "valid against it. Absent: any JSON value.",
+    )
+    strict: bool | None = Field(
+        default=None,
+        description="Passed on to the workers that take it; the answer is checked against the "
+        "schema either way.",
+    )
+
+
+def _json_schema_required(schema: dict[str, Any]) -> None:
+    """The published schema of a response format: ``json_schema`` is required (non-null) when
+    the type is ``json_schema``."""
+    schema["if"] = {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]}
+    schema["then"] = {
+        "required": ["json_schema"],
+        "properties": {"json_schema": {"type": "object"}},
+    }
+
+
 class ResponseFormat(OpenAIBaseModel):
-    """OpenAI ``response_format``: ``{"type": "text" | "json_object" | "json_schema", ...}``."""
+    """OpenAI ``response_format``: ``{"type": "text" | "json_object" | "json_schema", ...}``
+    (``json_schema`` required with the type ``json_schema``)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, json_schema_extra=_json_schema_required)
 
-    type: Literal["text", "json_object", "json_schema"] = Field(description="The output format.")
+    type: Literal["text", "json_object", "json_schema"] = Field(
+        description="text (free text), json_object (one JSON object) or json_schema (one JSON "
+        "value valid against json_schema.schema)."
+    )
+    json_schema: JsonSchemaFormat | None = Field(
+        default=None, validate_default=True, description="Required with the type json_schema."
+    )
+
+    @field_validator("json_schema")
+    @classmethod
+    def _given_for_json_schema(
+        cls, value: JsonSchemaFormat | None, info: ValidationInfo
+    ) -> JsonSchemaFormat | None:
+        if value is None and info.data.get("type") == "json_schema":
+            raise ValueError("required when type is 'json_schema'")
+        return value
 
 
 class ChatCompletionRequest(OpenAIBaseModel):
@@ -430,7 +484,10 @@ class ChatCompletionRequest(OpenAIBaseModel):
         default=None, description="Only 'none' or 'auto' (no functions)."
     )
     response_format: ResponseFormat | None = Field(
-        default=None, description="Only {'type': 'text'}."
+        default=None,
+        description="The answer's form: text (default), a JSON object, or JSON valid against a "
+        "schema (asked of the last step's worker, then checked: an answer that fails the check "
+        "is a 502 response_format_unmet).",
     )
     logprobs: bool | None = Field(default=None, description="Only false.")
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Not supported.")
@@ -532,17 +589,6 @@ UNSUPPORTED_PARAMETERS: tuple[UnsupportedParameter, ...] = (
         _none_or("none", "auto"),
         {"anyOf": [{"enum": ["none", "auto"]}, _NULL]},
         "the workflow calls no functions of the client",
-    ),
-    UnsupportedParameter(
-        "response_format",
-        lambda v: v is None or v.type == "text",
-        {
-            "anyOf": [
-                {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"]},
-                _NULL,
-            ]
-        },
-        "the answer is free text; no JSON mode or schema is enforced",
     ),
     UnsupportedParameter(
         "logprobs",

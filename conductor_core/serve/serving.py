@@ -7,6 +7,11 @@ round) and every worker call's. The ``conductor`` extension of the request maps 
 :class:`~conductor_core.solve.SolveOptions` (see :meth:`ConductorServing.prepare`); it may only
 lower the server's limits.
 
+A JSON ``response_format`` is asked of the last step's worker (the executor's
+:data:`~conductor_core.workflow.executor.ANSWER_FORMAT`, set in the workflow's context) and the
+answer is checked against it (:mod:`.structured`): an answer that fails is a 502
+``response_format_unmet``. Streamed, such an answer is sent whole once it has passed the check.
+
 No error message sent to a client names an internal address: an upstream's URL (the Conductor's,
 a worker's) is replaced by ``<url>`` (:func:`redact_urls`); the full error goes to the log.
 """
@@ -14,6 +19,7 @@ a worker's) is replaced by ``<url>`` (:func:`redact_urls`); the full error goes 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import logging
@@ -49,10 +55,11 @@ from conductor_core.serve.protocol import (
     error_body,
     refuse_unsupported,
 )
+from conductor_core.serve.structured import check_answer, output_format_of, unfenced
 from conductor_core.solve import SolveOptions, solve, solve_options
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workers.types import ErrorKind
-from conductor_core.workflow.executor import Budget
+from conductor_core.workers.types import ErrorKind, OutputFormat
+from conductor_core.workflow.executor import ANSWER_FORMAT, Budget
 from conductor_core.workflow.trace import SolveTrace, TraceSummary
 
 logger = logging.getLogger("conductor.gateway")
@@ -91,7 +98,8 @@ def compose_question(messages: list[ChatMessage]) -> str:
 class SolveJob:
     """A validated request, ready to solve (``max_answer_tokens``: the request's ``max_tokens``
     or ``max_completion_tokens``, None when it sets neither; ``stop``: its stop sequences;
-    ``caller``: whose spend quota the workflow's cost is charged to, None: nobody's)."""
+    ``caller``: whose spend quota the workflow's cost is charged to, None: nobody's;
+    ``output_format``: the JSON form its ``response_format`` asks for, None: free text)."""
 
     request_id: str
     model: str
@@ -103,6 +111,7 @@ class SolveJob:
     max_answer_tokens: int | None = None
     stop: tuple[str, ...] = ()
     caller: str | None = None
+    output_format: OutputFormat | None = None
 
 
 _TOKEN = re.compile(r"\S+")
@@ -446,10 +455,10 @@ class ConductorServing:
 
         Raises:
             RequestError: 404 for another model; 400 ``unsupported_parameter`` for a parameter
-                the gateway does not honour (``n`` > 1, tools, a JSON response format, log
-                probabilities, stop sequences, audio: :func:`.protocol.refuse_unsupported`);
-                400 for a conversation that does not end with a user question, or invalid
-                ``conductor`` options (naming the field).
+                the gateway does not honour (``n`` > 1, tools, log probabilities, audio:
+                :func:`.protocol.refuse_unsupported`); 400 for a conversation that does not end
+                with a user question, a ``response_format`` schema that is not a JSON Schema,
+                or invalid ``conductor`` options (naming the field).
         """
         if request.model not in (None, self.config.model_name):
             raise RequestError(
@@ -460,6 +469,7 @@ class ConductorServing:
                 code="model_not_found",
             )
         refuse_unsupported(request)
+        output_format = output_format_of(request.response_format)
         question = compose_question(request.messages)
         options, return_trace = self.solve_options_for(request.conductor)
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -474,6 +484,7 @@ class ConductorServing:
             max_answer_tokens=request.token_limit,
             stop=request.stop_sequences,
             caller=caller,
+            output_format=output_format,
         )
 
     def solve_options_for(self, extra: ConductorOptions | None) -> tuple[SolveOptions, bool]:
@@ -586,6 +597,8 @@ class ConductorServing:
                 answer; it names the outcome in the access log). The messages name no upstream
                 URL.
         """
+        context = contextvars.copy_context()  # the workflow's: its answer's format
+        context.run(ANSWER_FORMAT.set, job.output_format)
         task = asyncio.create_task(
             solve(
                 job.question,
@@ -597,6 +610,7 @@ class ConductorServing:
                 on_answer_delta=on_answer_delta,
             ),
             name=f"solve {job.request_id}",
+            context=context,
         )
         self._active.add(task)
         task.add_done_callback(self._active.discard)
@@ -712,6 +726,39 @@ class ConductorServing:
             )
         return None
 
+    def _answer_text(self, job: SolveJob, trace: SolveTrace) -> str:
+        """The workflow's answer as the client is to get it (before ``stop`` and ``max_tokens``):
+        with a ``response_format``, without the whitespace and code fence around it."""
+        answer = trace.answer or ""
+        return unfenced(answer) if job.output_format is not None else answer
+
+    def _check_format(self, job: SolveJob, trace: SolveTrace, answer: str) -> None:
+        """Check ``answer`` (as sent, whole) against the job's ``response_format``.
+
+        Raises:
+            RequestError: 502 ``response_format_unmet`` naming the worker that wrote it.
+        """
+        if job.output_format is None:
+            return
+        try:
+            check_answer(answer, job.output_format, self._answer_writer(trace))
+        except RequestError:
+            logger.warning(
+                "the answer does not match the response_format",
+                extra={"request_id": job.request_id},
+            )
+            raise
+
+    def _answer_writer(self, trace: SolveTrace) -> str | None:
+        """The name of the worker whose reply is the answer (the last round that gave it)."""
+        for rnd in reversed(trace.rounds):
+            wf = rnd.workflow
+            if wf is not None and wf.answer == trace.answer and wf.answer_step is not None:
+                step = next((s for s in wf.steps if s.index == wf.answer_step), None)
+                if step is not None and 0 <= step.worker < len(self.worker_names):
+                    return self.worker_names[step.worker]
+        return None
+
     async def chat_completion(
         self, job: SolveJob, client_gone: Awaitable[Any] | None = None
     ) -> ChatCompletionResponse:
@@ -732,8 +779,10 @@ class ConductorServing:
         failure = self._failure(trace)
         if failure is not None:
             raise failure
-        answer, cut = final_answer(trace.answer or "", job.max_answer_tokens, job.stop)
+        answer, cut = final_answer(self._answer_text(job, trace), job.max_answer_tokens, job.stop)
         answered = trace.answer is not None and not cut
+        if answered:
+            self._check_format(job, trace, answer)
         choice = ChatCompletionChoice(
             index=0,
             message=AssistantMessage(content=answer),
@@ -758,7 +807,9 @@ class ConductorServing:
         workflow events carry the steps' full outputs). A failure after the stream started is
         sent as an OpenAI error object, then ``[DONE]``; so is an answer that is not the text
         already streamed (the streamed step failed part-way and an earlier round's answer
-        stands): text sent is never sent again."""
+        stands): text sent is never sent again. With a ``response_format`` the answer is not
+        streamed as it is written: it is sent in one content chunk once it passed the check
+        (:meth:`_check_format`), else the stream ends with that error."""
         cid = completion_id()
         created = int(time.time())
 
@@ -800,8 +851,14 @@ class ConductorServing:
         def on_answer_delta(text: str) -> None:
             queue.put_nowait({"type": _ANSWER_DELTA, "text": text})
 
+        # an answer with a response_format is sent whole, once it has passed the check
+        streamed = job.output_format is None
         runner = asyncio.create_task(
-            self.run(job, on_event=queue.put_nowait, on_answer_delta=on_answer_delta)
+            self.run(
+                job,
+                on_event=queue.put_nowait,
+                on_answer_delta=on_answer_delta if streamed else None,
+            )
         )
         runner.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -819,7 +876,7 @@ class ConductorServing:
                 yield _sse("[DONE]")
                 return
             failure = self._failure(trace)
-            rest, cut, continues = answer_stream.finish(trace.answer or "")
+            rest, cut, continues = answer_stream.finish(self._answer_text(job, trace))
             if answer_stream.sent and (failure is not None or not continues):
                 # Part of a reply went out and the answer is not its continuation (the worker
                 # writing it failed part-way; maybe an earlier round's answer stands): say so.
@@ -828,6 +885,11 @@ class ConductorServing:
                     extra={"request_id": job.request_id},
                 )
                 failure = _STREAM_BROKEN
+            if failure is None and trace.answer is not None and not cut:
+                try:
+                    self._check_format(job, trace, rest)
+                except RequestError as exc:
+                    failure = exc
             if failure is not None:
                 yield _sse(failure.body())
                 yield _sse("[DONE]")

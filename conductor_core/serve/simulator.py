@@ -17,6 +17,10 @@ in pieces with the simulated latency spread before them
 failure drawn for a streamed request is sent before the stream starts, as for any other (a
 malformed one as a ``data:`` line that is not JSON).
 
+A ``response_format`` of type ``json_object`` or ``json_schema`` is honoured as vLLM honours it:
+the answer is the simulated worker's, as JSON in that form
+(:mod:`~conductor_core.workers.simulated_json`); a schema that is not a JSON Schema is a 400.
+
 Over HTTP a request carries no sample index; ``sample_index`` (an extension field) or ``seed`` in
 the request body picks it, else 0. Choice ``i`` of a request uses ``sample_index + i``.
 
@@ -56,10 +60,11 @@ from conductor_core.serve.protocol import (
     error_body,
     parse_chat_request,
 )
+from conductor_core.serve.structured import output_format_of
 from conductor_core.workers.config import PoolConfig
 from conductor_core.workers.problem_bank import known_problems
 from conductor_core.workers.simulated import SimulatedProvider
-from conductor_core.workers.types import Messages
+from conductor_core.workers.types import Messages, OutputFormat
 
 __all__ = [
     "MALFORMED_BODY",
@@ -214,6 +219,10 @@ def create_app(
                 "invalid_request_error",
                 param="n",
             )
+        try:
+            fmt = output_format_of(body.response_format)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
         messages: Messages = [{"role": m.role, "content": m.content} for m in body.messages]
         sample = body.sample
         max_tokens = body.token_limit or 0
@@ -239,13 +248,16 @@ def create_app(
             return error(504, f"simulated upstream timeout for {model}", "timeout")
         if body.stream and outcome in ("ok", "cut", "malformed"):
             return StreamingResponse(
-                _stream(provider, body, messages, outcome), media_type="text/event-stream"
+                _stream(provider, body, messages, outcome, fmt), media_type="text/event-stream"
             )
         if outcome in ("malformed", "cut"):
             return Response(content=MALFORMED_BODY, media_type="application/json")
 
         completions = await asyncio.gather(
-            *(provider.answer(messages, sample_index=sample + i) for i in range(body.n or 1))
+            *(
+                provider.answer(messages, sample_index=sample + i, output_format=fmt)
+                for i in range(body.n or 1)
+            )
         )
         choices = []
         completion_tokens = 0
@@ -271,7 +283,11 @@ def create_app(
 
 
 async def _stream(
-    provider: SimulatedProvider, body: ChatCompletionRequest, messages: Messages, outcome: str
+    provider: SimulatedProvider,
+    body: ChatCompletionRequest,
+    messages: Messages,
+    outcome: str,
+    fmt: OutputFormat | None = None,
 ):
     """The server-sent events of a streamed answer (see the module doc); ``outcome`` ``cut``
     ends after half of the pieces, ``malformed`` sends a line that is not JSON."""
@@ -288,7 +304,7 @@ async def _stream(
     if outcome == "malformed":
         yield "data: " + MALFORMED_BODY + "\n\n"
         return
-    completion, plan = provider.stream_plan(messages, sample_index=body.sample)
+    completion, plan = provider.stream_plan(messages, sample_index=body.sample, output_format=fmt)
     yield event(choices=choice(delta=DeltaMessage(role="assistant")))
     if outcome == "cut":
         plan = plan[: len(plan) // 2]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.workers.config import WorkerConfig
-from conductor_core.workers.types import Messages, Usage
+from conductor_core.workers.types import Messages, OutputFormat, Usage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -38,9 +38,15 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-def cache_key(worker: WorkerConfig, messages: Messages, sample_index: int = 0) -> str:
-    """SHA-256 hex digest identifying one call (never includes the API key)."""
-    payload = {
+def cache_key(
+    worker: WorkerConfig,
+    messages: Messages,
+    sample_index: int = 0,
+    output_format: OutputFormat | None = None,
+) -> str:
+    """SHA-256 hex digest identifying one call (never includes the API key). A call with an
+    ``output_format`` has its own key; one without keeps the key it always had."""
+    payload: dict[str, Any] = {
         "provider": worker.provider,
         "model": worker.model,
         "endpoint": worker.endpoint,
@@ -48,6 +54,8 @@ def cache_key(worker: WorkerConfig, messages: Messages, sample_index: int = 0) -
         "messages": messages,
         "sample_index": sample_index,
     }
+    if output_format is not None:
+        payload["output_format"] = output_format.key()
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

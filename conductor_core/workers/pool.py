@@ -33,6 +33,12 @@ the whole text once it has it. The pieces of a call that succeeds join to its te
 that fails after some of its text went to ``on_delta`` is **not retried**: the caller has already
 passed that text on, and a retry would send a different or a repeated reply; the call fails, its
 error saying how much was streamed. Failures before the first piece are retried as usual.
+
+Output format (``call(..., output_format=...)``, the gateway's ``response_format`` for the last
+step): a provider that declares ``accepts_output_format`` gets it as ``output_format`` (OpenAI
+and vLLM as ``response_format``, Gemini as its JSON mode, the simulated workers answer JSON);
+any other is asked in words, by a system message put first (:meth:`OutputFormat.instruction`).
+The pool does not check the reply: the caller does. The format is part of the cache key.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from conductor_core.workers.types import (
     DeltaHandler,
     ErrorKind,
     Messages,
+    OutputFormat,
     Provider,
     ProviderError,
     Usage,
@@ -248,6 +255,7 @@ class WorkerPool:
         deadline: float | None = None,
         priority: float = 0.0,
         on_delta: DeltaHandler | None = None,
+        output_format: OutputFormat | None = None,
     ) -> CallResult:
         """Call worker ``worker_id`` with ``messages``; never raises for provider failures.
 
@@ -261,6 +269,7 @@ class WorkerPool:
                 executor passes the length of the longest chain of steps waiting on this one).
             on_delta: stream the reply: gets its text in pieces as it arrives (see the module
                 doc: an attempt that fails after its first piece is not retried).
+            output_format: the form the reply must take (see the module doc); None: free text.
 
         Raises:
             ValueError: unknown ``worker_id`` (a programming error).
@@ -273,9 +282,16 @@ class WorkerPool:
         stats.calls += 1
         start = self._clock()
 
+        native: dict[str, Any] = {}
+        if output_format is not None:
+            if getattr(self._providers[worker_id], "accepts_output_format", False):
+                native["output_format"] = output_format
+            else:
+                instruction = {"role": "system", "content": output_format.instruction()}
+                messages = [instruction, *messages]
         key = None
         if self._cache is not None:
-            key = cache_key(worker, messages, sample_index)
+            key = cache_key(worker, messages, sample_index, output_format)
             try:
                 hit = await self._cache.aget(key)
             except sqlite3.Error as exc:  # a broken cache must not fail the call
@@ -323,6 +339,7 @@ class WorkerPool:
                 start,
                 priority,
                 None if on_delta is None else _Relay(on_delta),
+                native,
             )
         finally:
             if outcome == "success":
@@ -355,6 +372,7 @@ class WorkerPool:
         start: float,
         priority: float = 0.0,
         relay: _Relay | None = None,
+        native: dict[str, Any] | None = None,
     ) -> tuple[CallResult, str]:
         """Run attempts with retries. Returns the result and the breaker outcome."""
         retry = self.config.retry
@@ -362,7 +380,7 @@ class WorkerPool:
         while True:
             try:
                 completion = await self._attempt(
-                    worker_id, worker, messages, sample_index, deadline, priority, relay
+                    worker_id, worker, messages, sample_index, deadline, priority, relay, native
                 )
             except ProviderError as exc:
                 error = exc
@@ -425,6 +443,7 @@ class WorkerPool:
         deadline: float | None,
         priority: float = 0.0,
         relay: _Relay | None = None,
+        native: dict[str, Any] | None = None,
     ) -> Completion:
         """One provider call under the worker's concurrency slot and timeout (streamed to
         ``relay`` when the provider can stream); raises ProviderError."""
@@ -454,10 +473,12 @@ class WorkerPool:
                 async with asyncio.timeout(limit):
                     if stream is not None:
                         completion = await stream(
-                            messages, sample_index=sample_index, on_delta=relay
+                            messages, sample_index=sample_index, on_delta=relay, **(native or {})
                         )
                     else:
-                        completion = await provider.complete(messages, sample_index=sample_index)
+                        completion = await provider.complete(
+                            messages, sample_index=sample_index, **(native or {})
+                        )
             except TimeoutError:
                 if by_deadline:
                     raise ProviderError(

@@ -19,6 +19,9 @@ instance, so a retry of a failed request can succeed; failures are therefore det
 Streaming (:meth:`SimulatedProvider.complete_stream`, and the HTTP simulator's ``stream: true``):
 the same answer, in at most :data:`STREAM_CHUNKS` pieces of whole words (:func:`stream_pieces`),
 the simulated latency spread evenly before them, so the whole answer takes as long as unstreamed.
+
+Output format (``output_format``, the gateway's ``response_format``): the same answer put into
+JSON that the format accepts (:mod:`~conductor_core.workers.simulated_json`), deterministically.
 """
 
 from __future__ import annotations
@@ -41,7 +44,15 @@ from conductor_core.workers.simulated_answers import (
     is_right_text,
     render_answer,
 )
-from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
+from conductor_core.workers.simulated_json import json_answer
+from conductor_core.workers.types import (
+    Completion,
+    ErrorKind,
+    Messages,
+    OutputFormat,
+    ProviderError,
+    Usage,
+)
 
 __all__ = [
     "FAILURE_KINDS",
@@ -169,16 +180,30 @@ class SimulatedProvider:
 
     # -- the Provider protocol -------------------------------------------------------------------
 
-    async def complete(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+    accepts_output_format = True
+    """Asked for JSON, it answers JSON (see the module doc)."""
+
+    async def complete(
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         """Answer ``messages``; raises :class:`ProviderError` for an injected failure."""
         parsed, key = self._prepare(messages, sample_index)
         failure = self._draw_failure(key)
         if failure is not None:
             raise self.failure_error(failure)
-        return await self._answer(messages, parsed, key)
+        return await self._answer(messages, parsed, key, output_format)
 
     async def complete_stream(
-        self, messages: Messages, *, sample_index: int = 0, on_delta: Callable[[str], None]
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        on_delta: Callable[[str], None],
+        output_format: OutputFormat | None = None,
     ) -> Completion:
         """Like :meth:`complete`, passing the answer to ``on_delta`` in pieces with the
         simulated latency spread before them (:meth:`stream_plan`)."""
@@ -186,7 +211,7 @@ class SimulatedProvider:
         failure = self._draw_failure(key)
         if failure is not None:
             raise self.failure_error(failure)
-        completion, plan = self._stream_plan(messages, parsed, key)
+        completion, plan = self._stream_plan(messages, parsed, key, output_format)
         loop = asyncio.get_running_loop()
         due = loop.time()
         for delay_s, piece in plan:
@@ -238,24 +263,40 @@ class SimulatedProvider:
             f"{name}: simulated malformed response", kind=ErrorKind.MALFORMED, retryable=True
         )
 
-    async def answer(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+    async def answer(
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         """The deterministic answer (after the simulated latency), without failure injection."""
         parsed, key = self._prepare(messages, sample_index)
-        return await self._answer(messages, parsed, key)
+        return await self._answer(messages, parsed, key, output_format)
 
-    def answer_now(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+    def answer_now(
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         """The deterministic answer without latency or failure injection."""
         parsed, key = self._prepare(messages, sample_index)
-        return self._compose(messages, parsed, key)
+        return self._compose(messages, parsed, key, output_format)
 
     def stream_plan(
-        self, messages: Messages, *, sample_index: int = 0
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
     ) -> tuple[Completion, list[tuple[float, str]]]:
         """The deterministic answer (no failure injection) and how it streams: its pieces
         (:func:`stream_pieces`), each with the seconds to wait before it; the waits add up to
         the simulated latency of the unstreamed answer."""
         parsed, key = self._prepare(messages, sample_index)
-        return self._stream_plan(messages, parsed, key)
+        return self._stream_plan(messages, parsed, key, output_format)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -287,21 +328,37 @@ class SimulatedProvider:
                 return kind
         return None
 
-    async def _answer(self, messages: Messages, parsed: ParsedMessage, key: int) -> Completion:
+    async def _answer(
+        self,
+        messages: Messages,
+        parsed: ParsedMessage,
+        key: int,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         delay_ms = self._latency_ms(Random(_stable_int("latency", key)))
         if delay_ms > 0:
             await self._sleep(delay_ms / 1000.0)
-        return self._compose(messages, parsed, key)
+        return self._compose(messages, parsed, key, output_format)
 
     def _stream_plan(
-        self, messages: Messages, parsed: ParsedMessage, key: int
+        self,
+        messages: Messages,
+        parsed: ParsedMessage,
+        key: int,
+        output_format: OutputFormat | None = None,
     ) -> tuple[Completion, list[tuple[float, str]]]:
-        completion = self._compose(messages, parsed, key)
+        completion = self._compose(messages, parsed, key, output_format)
         pieces = stream_pieces(completion.text) or [""]  # an empty answer still takes its time
         delay_s = self._latency_ms(Random(_stable_int("latency", key))) / 1000.0
         return completion, [(delay_s / len(pieces), piece) for piece in pieces]
 
-    def _compose(self, messages: Messages, parsed: ParsedMessage, key: int) -> Completion:
+    def _compose(
+        self,
+        messages: Messages,
+        parsed: ParsedMessage,
+        key: int,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         problem = self.bank.get(parsed.question)
         rng = Random(_stable_int("answer", key))
         if problem is None:
@@ -313,6 +370,8 @@ class SimulatedProvider:
             # Hedging draws from its own stream, so it never changes which answers are right.
             if chance > 0.0 and Random(_stable_int("hedge", key)).random() < chance:
                 text = hedge_answer(problem, text, Random(_stable_int("hedge-text", key)))
+        if output_format is not None:
+            text = json_answer(output_format, text, Random(_stable_int("json", key)))
         total_chars = sum(len(str(m.get("content") or "")) for m in messages)
         usage = Usage(
             input_tokens=max(1, total_chars // 4),

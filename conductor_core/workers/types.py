@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -13,6 +15,49 @@ Messages = list[dict[str, str]]
 DeltaHandler = Callable[[str], None]
 """Receives a reply's text in pieces as a worker writes it (streaming); the pieces of a call that
 succeeds join to its reply's text."""
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """The form a reply must take: ``json_object`` (one JSON object) or ``json_schema`` (one JSON
+    value valid against ``schema``), as OpenAI's ``response_format`` asks for it. The gateway
+    asks the last step's worker for it (:meth:`WorkerPool.call`'s ``output_format``).
+
+    A provider that can constrain its output declares ``accepts_output_format = True`` and takes
+    ``output_format=`` in ``complete`` (and ``complete_stream``); any other is asked in words
+    (:meth:`instruction`, a system message the pool puts first).
+    """
+
+    type: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str = "response"
+    strict: bool | None = None
+    description: str | None = None
+
+    def response_format(self) -> dict[str, Any]:
+        """OpenAI's ``response_format`` for this format (vLLM and OpenAI take it as is)."""
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        spec: dict[str, Any] = {"name": self.name, "schema": self.schema or {}}
+        if self.description is not None:
+            spec["description"] = self.description
+        if self.strict is not None:
+            spec["strict"] = self.strict
+        return {"type": "json_schema", "json_schema": spec}
+
+    def instruction(self) -> str:
+        """The format said in words, for a worker with no native JSON mode."""
+        if self.type == "json_object":
+            return "Reply with one JSON object and nothing else: no prose, no Markdown code fence."
+        schema = json.dumps(self.schema or {}, ensure_ascii=False, sort_keys=True)
+        return (
+            "Reply with one JSON value that is valid against this JSON Schema, and nothing "
+            f"else: no prose, no Markdown code fence.\nJSON Schema ({self.name}): {schema}"
+        )
+
+    def key(self) -> dict[str, Any]:
+        """A JSON-ready description (cache keys)."""
+        return self.response_format()
 
 
 class Usage(BaseModel):
@@ -92,7 +137,9 @@ class Provider(Protocol):
     """One worker backend. Implementations raise :class:`ProviderError` on failure."""
 
     async def complete(self, messages: Messages, *, sample_index: int = 0) -> Completion:
-        """Return the worker's reply to ``messages``. ``sample_index`` distinguishes repeats."""
+        """Return the worker's reply to ``messages``. ``sample_index`` distinguishes repeats.
+        (A provider with ``accepts_output_format = True`` also takes ``output_format``, an
+        :class:`OutputFormat` or None.)"""
         ...
 
     async def aclose(self) -> None:

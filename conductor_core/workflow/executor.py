@@ -18,18 +18,30 @@ timeout); :func:`failure_cause` decides which, from the step the answer was to c
 
 ``on_answer_delta`` streams the answer: the last step's worker is called with ``on_delta`` (see
 :meth:`WorkerCaller.call`), so its reply reaches the caller piece by piece while it is written.
+
+An answer format (``answer_format``, else the context variable :data:`ANSWER_FORMAT`, which the
+gateway sets for a request with a JSON ``response_format``) is asked of the last step's worker
+(``pool.call(..., output_format=...)``): its reply is the answer. Earlier steps write free text.
+Every round's last step is asked, since a later round may keep an earlier round's answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conductor_core.workers.config import WorkerConfig
-from conductor_core.workers.types import CallResult, DeltaHandler, ErrorKind, Messages
+from conductor_core.workers.types import (
+    CallResult,
+    DeltaHandler,
+    ErrorKind,
+    Messages,
+    OutputFormat,
+)
 from conductor_core.workflow.model import ALL, Workflow
 from conductor_core.workflow.prompts import prompt_digest, worker_message
 from conductor_core.workflow.trace import StepTrace, WorkflowTrace
@@ -38,6 +50,12 @@ REPEAT_STRIDE = 1 << 48
 """Sample-index distance between identical requests of one plan: above any training-row index and
 any round's offset (``solve.ROUND_STRIDE`` times the round, under 256 rounds), so no two calls
 share an index."""
+
+ANSWER_FORMAT: contextvars.ContextVar[OutputFormat | None] = contextvars.ContextVar(
+    "conductor_answer_format", default=None
+)
+"""The form of the answer (the last step's reply) when :func:`execute` is not given one: set by
+the gateway in the context of a request's workflow (``solve`` passes no format of its own)."""
 
 EventHandler = Callable[[dict[str, Any]], None]
 """Receives executor events: ``step_start``, ``step_end``, ``step_skipped``, ``workflow_end``."""
@@ -61,11 +79,14 @@ class WorkerCaller(Protocol):
         deadline: float | None = None,
         priority: float = 0.0,
         on_delta: DeltaHandler | None = None,
+        output_format: OutputFormat | None = None,
     ) -> CallResult:
         """Call a worker; failures are returned as a CallResult with ``error`` set. Waiting calls
         are served highest ``priority`` first. ``on_delta`` (passed only for the last step of a
         workflow whose answer is streamed) gets the reply's text in pieces as it arrives; an
-        attempt that fails after a piece is not retried (``WorkerPool.call``)."""
+        attempt that fails after a piece is not retried (``WorkerPool.call``).
+        ``output_format`` (passed only for the last step, when the answer has a format) is the
+        form the reply must take."""
         ...
 
 
@@ -106,18 +127,21 @@ async def execute(
     answer_fallback: bool = False,
     on_event: EventHandler | None = None,
     on_answer_delta: DeltaHandler | None = None,
+    answer_format: OutputFormat | None = None,
 ) -> WorkflowTrace:
     """Run ``workflow`` for ``question`` on ``pool`` and return its trace.
 
     ``previous_answer`` is the final answer of the previous recursion round: steps with ``"all"``
     access see it. ``answer_fallback`` takes the last non-empty step output as the answer when the
     last step produced none (useful in evaluation). ``on_answer_delta`` gets the last step's reply
-    in pieces as its worker writes it (``pool.call(..., on_delta=...)``). Never raises for worker
+    in pieces as its worker writes it (``pool.call(..., on_delta=...)``). ``answer_format``
+    (default: :data:`ANSWER_FORMAT`) is asked of the last step's worker. Never raises for worker
     failures.
     """
     run = _Run(
         workflow, question, pool, budget, previous_answer, sample_index, on_event, on_answer_delta
     )
+    run.answer_format = answer_format if answer_format is not None else ANSWER_FORMAT.get()
     return await run.go(answer_fallback)
 
 
@@ -169,6 +193,7 @@ class _Run:
         self.sample_indices = step_sample_indices(workflow, sample_index)
         self.on_event = on_event
         self.on_answer_delta = on_answer_delta
+        self.answer_format: OutputFormat | None = None
         n = len(workflow.steps)
         self.priority = _chain_lengths(workflow)
         self.done = [asyncio.Event() for _ in range(n)]
@@ -247,15 +272,21 @@ class _Run:
                     "visible": list(visible),
                 }
             )
-            # the last step's reply is the answer: streamed when the caller asks for it
-            streamed = self.on_answer_delta is not None and i == len(self.wf.steps) - 1
+            # the last step's reply is the answer: streamed when the caller asks for it, in the
+            # answer's format when it has one
+            last = i == len(self.wf.steps) - 1
+            extra: dict[str, Any] = {}
+            if last and self.on_answer_delta is not None:
+                extra["on_delta"] = self.on_answer_delta
+            if last and self.answer_format is not None:
+                extra["output_format"] = self.answer_format
             result = await self.pool.call(
                 step.worker,
                 [{"role": "user", "content": prompt}],
                 sample_index=self.sample_indices[i],
                 deadline=self.deadline,
                 priority=self.priority[i],
-                **({"on_delta": self.on_answer_delta} if streamed else {}),
+                **extra,
             )
             base.finished_s = self._now()
             self._record(base, result)

@@ -71,7 +71,6 @@ def test_max_output_tokens_makes_an_incomplete_response(client):
     [
         ({"tools": [{"type": "web_search"}]}, "tools"),
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
     ],
 )
 def test_what_a_conductor_cannot_do_is_refused_by_name(client, fields, param):

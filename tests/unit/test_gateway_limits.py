@@ -387,16 +387,6 @@ def test_non_finite_numbers_are_refused_in_any_field():
         ({"tool_choice": "required"}, "tool_choice"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"function_call": {"name": "f"}}, "function_call"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
-        (
-            {
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {"name": "x", "schema": {}},
-                }
-            },
-            "response_format",
-        ),
         ({"logprobs": True}, "logprobs"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"n": 2}, "n"),
@@ -563,7 +553,17 @@ def test_completion_ids_are_unique_per_request(pool):
         ),
         ({"messages": [{"role": "user", "content": None}]}, False),
         ({"response_format": {"type": "text"}}, True),
-        ({"response_format": {"type": "json_object"}}, False),
+        ({"response_format": {"type": "json_object"}}, True),
+        ({"response_format": {"type": "json_schema"}}, False),  # json_schema required
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            True,
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}},
+            False,
+        ),
+        ({"response_format": {"type": "xml"}}, False),
         ({"conductor": {"max_steps": 4}}, False),  # above the server's max_steps (3)
         ({"conductor": {"max_steps": 2}}, True),
         ({"conductor": {"budget": {"max_cost": 0.01}}}, False),  # above max_cost (0.001)

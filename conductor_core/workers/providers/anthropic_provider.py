@@ -11,6 +11,9 @@ Request rules:
   ``params.extra`` (e.g. ``{"temperature": 0.2}``).
 * ``params.extra`` is merged into the JSON body.
 * The reply text is the concatenation of the text blocks (thinking blocks are dropped).
+* No ``output_format``: the Messages API has no JSON mode, so the pool asks for the gateway's
+  ``response_format`` in words (a system message, joined into ``system``), and the gateway
+  checks the answer.
 
 The SDK's own retries are off; the pool retries.
 """

@@ -10,6 +10,9 @@ Request rules:
 * ``params.extra`` is merged into the generation config (e.g. ``top_k``, ``seed``).
 * Output tokens count the visible reply plus thinking tokens (both are billed as output).
 * The SDK's own retries are off (one attempt); ``endpoint`` (optional) overrides the base URL.
+* An ``output_format`` (the gateway's ``response_format``, asked of the last step) turns on
+  Gemini's JSON mode: ``response_mime_type`` ``application/json``, with ``response_json_schema``
+  (a JSON Schema, as given) for ``json_schema``.
 """
 
 from __future__ import annotations
@@ -25,10 +28,19 @@ from conductor_core.workers.providers.errors import (
     map_sdk_error,
     map_transport_error,
 )
-from conductor_core.workers.types import Completion, ErrorKind, Messages, ProviderError, Usage
+from conductor_core.workers.types import (
+    Completion,
+    ErrorKind,
+    Messages,
+    OutputFormat,
+    ProviderError,
+    Usage,
+)
 
 
-def build_request(worker: WorkerConfig, messages: Messages) -> dict[str, Any]:
+def build_request(
+    worker: WorkerConfig, messages: Messages, output_format: OutputFormat | None = None
+) -> dict[str, Any]:
     """Keyword arguments of ``generate_content`` (``config`` as a plain dict)."""
     params = worker.params
     system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system")
@@ -50,6 +62,10 @@ def build_request(worker: WorkerConfig, messages: Messages) -> dict[str, Any]:
         config["system_instruction"] = system
     if params.reasoning_effort is not None:
         config["thinking_config"] = {"thinking_level": params.reasoning_effort.upper()}
+    if output_format is not None:
+        config["response_mime_type"] = "application/json"
+        if output_format.type == "json_schema":
+            config["response_json_schema"] = output_format.schema or {}
     config.update(params.extra)
     return {"model": worker.model, "contents": contents, "config": config}
 
@@ -83,12 +99,21 @@ class GeminiProvider:
             options["httpx_async_client"] = http_client
         self._client = genai.Client(api_key=key, http_options=options)
 
+    accepts_output_format = True
+    """``output_format`` turns on Gemini's JSON mode (see the module rules)."""
+
     def __repr__(self) -> str:
         return f"GeminiProvider(model={self.worker.model!r})"
 
-    async def complete(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+    async def complete(
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         """One ``generate_content`` call. ``sample_index`` is not sent."""
-        request = build_request(self.worker, messages)
+        request = build_request(self.worker, messages, output_format)
         error: ProviderError | None = None
         try:
             response = await self._client.aio.models.generate_content(**request)

@@ -10,6 +10,8 @@ Request rules:
   ``reasoning_effort`` set is a reasoning model, which rejects ``temperature``/``top_p``: they are
   then not sent.
 * ``params.extra`` is merged into the JSON body (``extra_body``), e.g. vLLM's ``top_k``.
+* An ``output_format`` (the gateway's ``response_format``, asked of the last step) is sent as
+  ``response_format``, as OpenAI and vLLM take it (vLLM decodes under the schema).
 
 The SDK's own retries are off (``max_retries=0``): the pool retries, with its own backoff.
 
@@ -54,7 +56,14 @@ from conductor_core.workers.providers.errors import (
     unreachable,
 )
 from conductor_core.workers.resilience import parse_retry_after
-from conductor_core.workers.types import Completion, DeltaHandler, Messages, ProviderError, Usage
+from conductor_core.workers.types import (
+    Completion,
+    DeltaHandler,
+    Messages,
+    OutputFormat,
+    ProviderError,
+    Usage,
+)
 
 _OFFICIAL_HOST_SUFFIXES = ("openai.com", "openai.azure.com")
 
@@ -67,11 +76,15 @@ def is_official_openai(endpoint: str | None) -> bool:
     return any(host == s or host.endswith("." + s) for s in _OFFICIAL_HOST_SUFFIXES)
 
 
-def build_request(worker: WorkerConfig, messages: Messages) -> dict[str, Any]:
+def build_request(
+    worker: WorkerConfig, messages: Messages, output_format: OutputFormat | None = None
+) -> dict[str, Any]:
     """Keyword arguments of ``chat.completions.create`` for ``worker`` (see module rules)."""
     params = worker.params
     official = is_official_openai(worker.endpoint)
     request: dict[str, Any] = {"model": worker.model, "messages": messages}
+    if output_format is not None:
+        request["response_format"] = output_format.response_format()
     if official:
         request["max_completion_tokens"] = params.max_tokens
     else:
@@ -170,6 +183,9 @@ class OpenAIProvider:
             else None
         )
 
+    accepts_output_format = True
+    """``output_format`` is sent as ``response_format``."""
+
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.worker.model!r}, endpoint={self.worker.endpoint!r})"
 
@@ -190,9 +206,15 @@ class OpenAIProvider:
             self._headers = headers
         return self._headers
 
-    async def complete(self, messages: Messages, *, sample_index: int = 0) -> Completion:
+    async def complete(
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> Completion:
         """One chat completion. ``sample_index`` is not sent: repeats rely on sampling."""
-        request = build_request(self.worker, messages)
+        request = build_request(self.worker, messages, output_format)
         error: ProviderError | None = None
         try:
             body = request_body(request)
@@ -232,11 +254,16 @@ class OpenAIProvider:
         return _completion_of(data)
 
     async def complete_stream(
-        self, messages: Messages, *, sample_index: int = 0, on_delta: DeltaHandler
+        self,
+        messages: Messages,
+        *,
+        sample_index: int = 0,
+        on_delta: DeltaHandler,
+        output_format: OutputFormat | None = None,
     ) -> Completion:
         """One streamed chat completion: ``on_delta`` gets the content of each chunk as it
         arrives; returns the whole text with the usage of the stream's last chunk."""
-        request = build_request(self.worker, messages)
+        request = build_request(self.worker, messages, output_format)
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
         parts: list[str] = []
