@@ -28,8 +28,9 @@ _ERROR_STATUSES = {
     "400": "Invalid request: body not JSON or not an object, an invalid field (`param` names "
     "it), a string that is not valid Unicode or a number that is not finite, a conversation "
     "not ending with a user question, a `conductor` option above the server's limit, a "
-    "parameter the gateway does not honour (`unsupported_parameter`: `n` > 1, tools, a JSON "
-    "response format, log probabilities, `stop`, audio), or a request the Conductor's server "
+    "parameter the gateway does not honour (`unsupported_parameter`: `n` > 1, tools, log "
+    "probabilities, audio), a `response_format` schema that is not a JSON Schema, or a "
+    "request the Conductor's server "
     "refused (`conductor_rejected_request`, e.g. a prompt longer than its context).",
     "401": "Missing or wrong API key (`Authorization: Bearer <key>`).",
     "404": "Another model than the served one (`model_not_found`).",
@@ -41,7 +42,8 @@ _ERROR_STATUSES = {
     "(`insufficient_quota`: `spend_quota_exceeded`, until the period ends); retry after "
     "`Retry-After` seconds.",
     "500": "A bug in the gateway (`internal_error`; the message names the request id).",
-    "502": "The Conductor's plan did not parse, a worker failed or the Conductor is unreachable.",
+    "502": "The Conductor's plan did not parse, a worker failed, the answer is not in the "
+    "requested `response_format` (`response_format_unmet`) or the Conductor is unreachable.",
     "504": "The workflow ran past `request_timeout_s` (`request_timeout`).",
 }
 
