@@ -30,6 +30,14 @@ class ModelManifest(BaseModel):
     stage: str = Field(description="The training stage that wrote the weights.")
     prompt_style: str = Field(description="The prompt style the model learned (full | compact).")
     run_id: str | None = Field(default=None, description="The MLflow run of the stage.")
+    profile: str | None = Field(
+        default=None, description="The training profile of the stage (`tiny`, `paper`...)."
+    )
+    dataset_digest: str | None = Field(
+        default=None,
+        description="Content digest of the problems the stage trained on (the digest of the "
+        "stage run's MLflow dataset input).",
+    )
     steps: int = Field(default=0, description="Optimiser steps of the stage.")
     seconds: float = Field(default=0.0, description="Wall time of the stage.")
     registered_model: str | None = Field(

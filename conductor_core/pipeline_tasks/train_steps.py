@@ -160,6 +160,8 @@ def train_step(
         stage=stage,
         prompt_style=config.data.prompt_style,
         run_id=result.run_id,
+        profile=config.profile,
+        dataset_digest=result.dataset_digest,
         steps=result.steps,
         seconds=round(result.seconds, 1),
     )
@@ -185,6 +187,7 @@ def _train_in_trainjob(
     from conductor_core.track.storage import Storage
 
     # The nodes read the dataset from S3: upload this task's copy next to the stage's outputs.
+    digest = _dataset_digest(common["dataset_dir"])
     data_uri = join(target, "data")
     Storage().upload_dir(common["dataset_dir"], data_uri)
     common = {**common, "dataset_dir": join(data_uri, "train.parquet")}
@@ -204,12 +207,24 @@ def _train_in_trainjob(
         weights_uri=join(target, "model"),
         stage=config.stage,
         prompt_style=config.data.prompt_style,
+        profile=config.profile,
+        dataset_digest=digest,
         steps=config.steps,
         seconds=round(outcome.duration_s, 1),
     )
     manifest.write(manifest_path)
     log(f"{config.stage}: TrainJob {outcome.name} {outcome.condition} ({outcome.duration_s:.0f} s)")
     return manifest
+
+
+def _dataset_digest(dataset_dir: str | Path) -> str | None:
+    """The content digest of the dataset's ``train.parquet`` (what the TrainJob's stage run
+    records as its dataset input), or None when there is no such local file."""
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.data import problems_digest
+
+    path = Path(dataset_dir) / "train.parquet"
+    return problems_digest(read_problems(path)) if path.is_file() else None
 
 
 def _cluster_settings(value: str | dict[str, Any] | None) -> Any:

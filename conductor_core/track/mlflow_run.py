@@ -206,6 +206,7 @@ def start_run(
     tags: Mapping[str, Any] | None = None,
     *,
     uri: str | None = None,
+    log_system_metrics: bool | None = None,
 ) -> Iterator[Any]:
     """Open an MLflow run for a block; yields the ``mlflow.ActiveRun``.
 
@@ -219,16 +220,22 @@ def start_run(
         run_name: name of a new run.
         tags: tags set on the run (new or reused); values are stringified and scrubbed.
         uri: tracking URI (default :func:`tracking_uri`).
+        log_system_metrics: sample CPU, memory, disk, network (and GPU with ``pynvml``) into
+            the run's ``system/*`` metrics while it is open (a run this call opens; None:
+            MLflow's ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING``).
     """
     mlflow = configure(uri)
     injected = os.environ.get("MLFLOW_RUN_ID") or None
     active = mlflow.active_run()
+    system = {"log_system_metrics": log_system_metrics}
     if injected and active is not None and active.info.run_id == injected:
         run, owned = active, False
     elif injected:
-        run, owned = mlflow.start_run(run_id=injected), True
+        run, owned = mlflow.start_run(run_id=injected, **system), True
     else:
-        run = mlflow.start_run(experiment_id=ensure_experiment(experiment), run_name=run_name)
+        run = mlflow.start_run(
+            experiment_id=ensure_experiment(experiment), run_name=run_name, **system
+        )
         owned = True
     try:
         if tags:
@@ -250,11 +257,14 @@ def start_run(
 
 @contextmanager
 @restores_tracking_uri
-def reopen_run(run_id: str, *, uri: str | None = None) -> Iterator[Any]:
+def reopen_run(
+    run_id: str, *, uri: str | None = None, log_system_metrics: bool | None = None
+) -> Iterator[Any]:
     """Re-open an ended run (for example after TRL's ``report_to="mlflow"`` ended it) to log more.
 
     Ends it again ``FINISHED``, or ``FAILED`` when the block raises. If the run is already active
-    in this process it is yielded and left open.
+    in this process it is yielded and left open. ``log_system_metrics``: as in
+    :func:`start_run` (a re-opened run continues its ``system/*`` steps).
     """
     mlflow = configure(uri)
     active = mlflow.active_run()
@@ -267,7 +277,8 @@ def reopen_run(run_id: str, *, uri: str | None = None) -> Iterator[Any]:
             f"cannot re-open run {run_id}: run {active.info.run_id} is active in this process; "
             "end it first (mlflow.end_run())"
         )
-    with _run_block(mlflow.start_run(run_id=run_id), owned=True) as r:
+    run = mlflow.start_run(run_id=run_id, log_system_metrics=log_system_metrics)
+    with _run_block(run, owned=True) as r:
         yield r
 
 

@@ -396,6 +396,7 @@ def nested_run(
     params: Mapping[str, Any] | None = None,
     tags: Mapping[str, Any] | None = None,
     tracking_uri: str | None = None,
+    log_system_metrics: bool | None = None,
 ) -> Iterator[Any]:
     """Open the nested run under ``parent_run_id`` identified by the tags ``match`` (created if
     missing, re-opened if it exists); yields the ``mlflow.ActiveRun``.
@@ -403,7 +404,8 @@ def nested_run(
     A new run gets ``match``, ``tags`` and the parent's :data:`INHERITED_TAGS`. ``params`` are
     logged flattened and scrubbed (those already on a reused run are kept). The run is ended
     ``FAILED`` when the block raises and ``FINISHED`` otherwise. Any run active in this process
-    stays active around it.
+    stays active around it. ``log_system_metrics``: sample the machine's ``system/*`` metrics
+    into the run while it is open (None: MLflow's ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING``).
     """
     _quoted(parent_run_id, "parent_run_id")
     mlflow = configure(tracking_uri)
@@ -423,7 +425,7 @@ def nested_run(
         tags={**inherited, **_clean_tags(tags)},
     )
     nested = mlflow.active_run() is not None
-    run = mlflow.start_run(run_id=run_id, nested=nested)
+    run = mlflow.start_run(run_id=run_id, nested=nested, log_system_metrics=log_system_metrics)
     try:
         if params:
             _log_params_once(run_id, params)
@@ -442,6 +444,7 @@ def stage_run(
     params: Mapping[str, Any] | None = None,
     tags: Mapping[str, Any] | None = None,
     tracking_uri: str | None = None,
+    log_system_metrics: bool | None = None,
 ) -> Iterator[Any]:
     """Open the nested run of ``stage`` under the pipeline run ``parent_run_id``; yields the
     ``mlflow.ActiveRun`` (log into it with :mod:`conductor_core.track.mlflow_run`).
@@ -456,6 +459,7 @@ def stage_run(
         params: params of the stage (flattened and scrubbed).
         tags: more tags for a new run.
         tracking_uri: tracking URI (default: ``$MLFLOW_TRACKING_URI``, else the local store).
+        log_system_metrics: sample ``system/*`` metrics into the run while it is open.
     """
     _quoted(stage, "stage")
     with nested_run(
@@ -465,6 +469,7 @@ def stage_run(
         params=params,
         tags={**(tags or {}), TAG_ROLE: "stage"},
         tracking_uri=tracking_uri,
+        log_system_metrics=log_system_metrics,
     ) as run:
         yield run
 

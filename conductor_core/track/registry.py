@@ -63,24 +63,52 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
+class _PyfuncUnchecked:
+    """``mlflow.pyfunc`` as the flavor of ``Model.log``, minus its serving check.
+
+    With an input example, ``Model.log`` loads the logged model and runs ``predict`` on it (its
+    ``validate_serving_input``): the whole weights, and up to ``max_new_tokens`` of generation,
+    in the registering process. ``pyfunc.log_model`` gives no way to turn that off, and
+    ``pyfunc.save_model`` refuses the keyword, so this flavor drops it on the way through.
+    """
+
+    __name__ = "mlflow.pyfunc"
+
+    @staticmethod
+    def save_model(path: str, mlflow_model: Any, **kwargs: Any) -> None:
+        import mlflow.pyfunc
+
+        kwargs.pop("validate_serving_input", None)
+        mlflow.pyfunc.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
+
+
 def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     """Log and register in the active run; returns (model URI of the logged model, version).
     Its callers restore the tracking URI."""
     mlflow = configure(uri)
-    from mlflow.models import infer_signature
+    from mlflow.models import Model, infer_signature
 
-    from conductor_core.track.pyfunc_model import ARTIFACT_KEY, DEFAULT_PARAMS, ConductorTextModel
+    from conductor_core.track.pyfunc_model import (
+        ARTIFACT_KEY,
+        DEFAULT_PARAMS,
+        INPUT_EXAMPLE,
+        ConductorTextModel,
+    )
 
     signature = infer_signature(
         model_input=["a question"], model_output=["a plan"], params=dict(DEFAULT_PARAMS)
     )
-    info = mlflow.pyfunc.log_model(
+    info = Model.log(
+        artifact_path=None,
         name="model",
+        flavor=_PyfuncUnchecked(),
         python_model=ConductorTextModel(),
         artifacts={ARTIFACT_KEY: str(model_dir)},
         pip_requirements=_pip_requirements(),
         signature=signature,
+        input_example=(list(INPUT_EXAMPLE), dict(DEFAULT_PARAMS)),
         registered_model_name=name,
+        validate_serving_input=False,
     )
     version = getattr(info, "registered_model_version", None)
     if version is None:

@@ -33,6 +33,9 @@ class RunTracker:
         artifact_location: artifact root of the experiment if this tracker creates it (default:
             ``mlartifacts/`` next to a SQLite store, the server's root for a tracking server).
         resume_run_id: a run to re-open when no ``MLFLOW_RUN_ID`` is set.
+        system_metrics: sample the machine's ``system/*`` metrics (CPU, memory, disk, network,
+            GPU with ``pynvml``) into the run while it is open; None leaves it to MLflow's
+            ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING``.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class RunTracker:
         *,
         artifact_location: str | None = None,
         resume_run_id: str | None = None,
+        system_metrics: bool | None = None,
     ) -> None:
         self.experiment = experiment
         self.run_name = run_name
@@ -51,6 +55,7 @@ class RunTracker:
         self.uri = uri
         self.artifact_location = artifact_location
         self.resume_run_id = resume_run_id
+        self.system_metrics = system_metrics
         self.run_id: str | None = None
         self.resumed = False
         self._ctx: AbstractContextManager[Any] | None = None
@@ -79,7 +84,7 @@ class RunTracker:
         injected = os.environ.get("MLFLOW_RUN_ID")
         if not injected and self.resume_run_id and self._reopenable(self.resume_run_id):
             ctx: AbstractContextManager[Any] = mlflow_run.reopen_run(
-                self.resume_run_id, uri=self.uri
+                self.resume_run_id, uri=self.uri, log_system_metrics=self.system_metrics
             )
             self.resumed = True
         else:
@@ -88,7 +93,13 @@ class RunTracker:
                     mlflow_run.ensure_experiment(
                         self.experiment, artifact_location=self.artifact_location
                     )
-            ctx = mlflow_run.start_run(self.experiment, self.run_name, self.tags, uri=self.uri)
+            ctx = mlflow_run.start_run(
+                self.experiment,
+                self.run_name,
+                self.tags,
+                uri=self.uri,
+                log_system_metrics=self.system_metrics,
+            )
             self.resumed = False
         run = ctx.__enter__()
         self._ctx = ctx
@@ -109,6 +120,21 @@ class RunTracker:
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Log a local file or folder."""
         mlflow_run.log_artifacts(path, artifact_path)
+
+    def log_dataset(
+        self,
+        source: str,
+        digest: str,
+        *,
+        name: str,
+        context: str = "training",
+        tags: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Log the dataset at ``source`` with its content ``digest`` as an MLflow dataset input
+        of the run (see :func:`~conductor_core.track.lineage.log_dataset_input`)."""
+        from conductor_core.track.lineage import log_dataset_input
+
+        log_dataset_input(source, digest, name=name, context=context, tags=tags)
 
     def log_model(
         self, model_dir: str | Path, *, registered_name: str | None, alias: str

@@ -453,6 +453,13 @@ class TrackingSpec(_Strict):
         description="Alias set on the newly registered version (load it as "
         "`models:/<registered_model>@<alias>`); letters, digits, `_` or `-`, not `latest`.",
     )
+    system_metrics: bool = Field(
+        default=True,
+        description="Sample the machine's CPU, memory, disk and network use (and the GPUs' with "
+        "`pynvml`) into the run's `system/*` metrics while the stage runs (MLflow's system "
+        "metrics: every 10 s, `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` changes it); `false` "
+        "logs none.",
+    )
     sample_plans: int = Field(
         default=16,
         ge=0,

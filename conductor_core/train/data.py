@@ -13,7 +13,7 @@ take the offered ids from these columns.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from random import Random
 from typing import Any
 
@@ -191,6 +191,16 @@ def build_dataset(
     datasets = require("datasets", "train", "GRPO training")
     rows = build_rows(problems, pool_size, config, descriptions=descriptions)
     return datasets.Dataset.from_list(rows)
+
+
+def problems_digest(problems: Iterable[Problem]) -> str:
+    """The content digest of a problem file's problems (one per id, in file order): the same
+    problems give the same digest whatever file format, path or run they come from (see
+    :func:`conductor_core.track.lineage.content_digest`)."""
+    from conductor_core.track.lineage import content_digest
+
+    unique = {p.id: p for p in problems}
+    return content_digest(p.model_dump(mode="json") for p in unique.values())
 
 
 def select_problems(problems: Sequence[Problem], split: str | None, limit: int | None):

@@ -48,6 +48,8 @@ class StageResult:
     seconds: float
     resumed_from: str | None = None
     run_id: str | None = None
+    dataset_digest: str | None = None
+    """Content digest of the problems file the stage trained on (:func:`problems_digest`)."""
     history: list[dict[str, float]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -609,6 +611,33 @@ def build_trainer(
     return offered_trainer_class()(**kwargs)
 
 
+def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: int) -> str:
+    """Log the problems file the stage trains on as the run's MLflow dataset input (context
+    ``training``: its source and content digest, with the counts as the input's tags); returns
+    the digest. A tracker without ``log_dataset`` only gets the digest computed."""
+    from conductor_core.train.data import problems_digest
+    from conductor_core.train.problems import bundled_train_problems_path
+
+    spec = config.data
+    source = str(bundled_train_problems_path() if spec.problems == "bundled" else spec.problems)
+    digest = problems_digest(by_id.values())
+    log_dataset = getattr(tracker, "log_dataset", None)
+    if log_dataset is not None:
+        name = source.rstrip("/").rsplit("/", 2)
+        log_dataset(
+            source,
+            digest,
+            name=name[-2] if len(name) > 1 and name[-2] else name[-1],
+            context="training",
+            tags={
+                "conductor.problems": len(by_id),
+                "conductor.trained_problems": trained,
+                "conductor.split": spec.split or "all",
+            },
+        )
+    return digest
+
+
 # --------------------------------------------------------------------------------------------
 # The stage
 
@@ -664,6 +693,7 @@ def run_stage(
                     "data.train_problems": len(train),
                 }
             )
+            digest = log_training_dataset(config, tracker, by_id, len(train))
             descriptions = pool.descriptions()  # shown in descriptor mode
             model, tokenizer = prepare_model(config, train, pool, device, say, descriptions)
             if not launch.is_local_main:
@@ -724,6 +754,7 @@ def run_stage(
             seconds=round(time.perf_counter() - started, 1),
             model_dir=str(model_dir),
             resumed_from=str(resume) if resume else None,
+            dataset_digest=digest,
         )
         if main:
             (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -753,6 +784,7 @@ def run_stage(
             seconds=time.perf_counter() - started,
             resumed_from=str(resume) if resume else None,
             run_id=tracker.run_id,
+            dataset_digest=digest,
             history=history,
             summary=summary,
         )

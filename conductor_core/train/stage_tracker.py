@@ -80,6 +80,7 @@ class NoopTracker:
         self.metrics: list[tuple[int, dict[str, float]]] = []
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.status: str | None = None
+        self.dataset: dict[str, str] | None = None
 
     def start(self) -> None:
         """Nothing to open."""
@@ -98,6 +99,10 @@ class NoopTracker:
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Nothing to upload."""
+
+    def log_dataset(self, source: str, digest: str, **_: Any) -> None:
+        """Remember the dataset's source and digest."""
+        self.dataset = {"source": source, "digest": digest}
 
     def log_model(
         self, model_dir: str | Path, *, registered_name: str | None, alias: str
@@ -190,6 +195,8 @@ class MlflowTracker(RunTracker):
             :func:`~conductor_core.track.pipeline_runs.pipeline_run`): log into its nested run
             of ``stage`` (created, or found again) unless ``MLFLOW_RUN_ID`` is set.
         stage: the stage's name under ``parent_run_id`` (default: ``run_name``, else ``train``).
+        system_metrics: sample ``system/*`` metrics into the run while it is open (None:
+            MLflow's ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING``).
     """
 
     def __init__(
@@ -204,11 +211,18 @@ class MlflowTracker(RunTracker):
         mirror: str | None = None,
         parent_run_id: str | None = None,
         stage: str | None = None,
+        system_metrics: bool | None = None,
     ) -> None:
         location = None
         if artifact_root is not None and tracking_uri.startswith("sqlite:"):
             location = Path(artifact_root).expanduser().resolve().as_uri()
-        super().__init__(experiment, run_name, uri=tracking_uri, artifact_location=location)
+        super().__init__(
+            experiment,
+            run_name,
+            uri=tracking_uri,
+            artifact_location=location,
+            system_metrics=system_metrics,
+        )
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
         self.run_file = Path(run_file) if run_file is not None else None
@@ -231,7 +245,12 @@ class MlflowTracker(RunTracker):
         existing = find_nested_run(
             parent_run_id, {TAG_STAGE: self.stage}, tracking_uri=self.tracking_uri
         )
-        ctx = stage_run(parent_run_id, self.stage, tracking_uri=self.tracking_uri)
+        ctx = stage_run(
+            parent_run_id,
+            self.stage,
+            tracking_uri=self.tracking_uri,
+            log_system_metrics=self.system_metrics,
+        )
         run = ctx.__enter__()
         self._ctx = ctx
         self.run_id = run.info.run_id
@@ -296,4 +315,5 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
         mirror=f"{ckpt.rstrip('/')}/{RUN_FILE}" if is_s3(ckpt) else None,
         parent_run_id=spec.parent_run_id,
         stage=str(config.stage),
+        system_metrics=spec.system_metrics,
     )
