@@ -76,10 +76,14 @@ class _PyfuncUnchecked:
 
     @staticmethod
     def save_model(path: str, mlflow_model: Any, **kwargs: Any) -> None:
+        import warnings
+
         import mlflow.pyfunc
 
         kwargs.pop("validate_serving_input", None)
-        mlflow.pyfunc.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
+        with warnings.catch_warnings():  # ConductorTextModel.predict has no type hints on purpose
+            warnings.filterwarnings("ignore", message=".*type hints to the `predict` method")
+            mlflow.pyfunc.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
 
 
 def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:

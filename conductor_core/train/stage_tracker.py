@@ -315,5 +315,16 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
         mirror=f"{ckpt.rstrip('/')}/{RUN_FILE}" if is_s3(ckpt) else None,
         parent_run_id=spec.parent_run_id,
         stage=str(config.stage),
-        system_metrics=spec.system_metrics,
+        system_metrics=spec.system_metrics and _psutil_installed(),
     )
+
+
+def _psutil_installed() -> bool:
+    """Whether MLflow can sample system metrics (it needs ``psutil``, which ``accelerate`` of
+    the train extra brings); without it a stage logs none instead of failing to start."""
+    import importlib.util
+
+    if importlib.util.find_spec("psutil") is not None:
+        return True
+    _LOG.warning("tracking.system_metrics: psutil is not installed; no system metrics logged")
+    return False
