@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conductor_core.track.loopback import running, start_mlflow_server, start_s3_server
-from tests.support.containers import docker_or_skip, image_or_skip
+from tests.support.containers import clean_env, docker_or_skip, image_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
@@ -51,20 +51,6 @@ def _conductor(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Co
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
 
 
-def _clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for key in (
-        "MLFLOW_TRACKING_URI",
-        "MLFLOW_RUN_ID",
-        "MLFLOW_S3_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3",
-        "CONDUCTOR_ARTIFACT_ROOT",
-    ):
-        env.pop(key, None)
-    return env
-
-
 @pytest.fixture(scope="module")
 def images():
     client = docker_or_skip()
@@ -82,7 +68,7 @@ def rehearsed(images, tmp_path_factory):
     ):
         prefix = f"runs-{uuid.uuid4().hex[:8]}"
         env = {
-            **_clean_env(),
+            **clean_env(),
             **s3.env,
             "MLFLOW_TRACKING_URI": mlflow.url,
             "CONDUCTOR_ARTIFACT_ROOT": f"s3://{BUCKET}/{prefix}",
@@ -224,7 +210,7 @@ def test_the_command_starts_and_stops_its_own_servers(images, tmp_path):
     import psutil
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    done = _conductor(["pipeline", "run", "curation", "--docker"], tmp_path, _clean_env())
+    done = _conductor(["pipeline", "run", "curation", "--docker"], tmp_path, clean_env())
     assert done.returncode == 0, done.stderr[-4000:]
     assert "pipeline curation: ok" in done.stdout
     store = tmp_path / "runs" / "services" / "mlflow.db"

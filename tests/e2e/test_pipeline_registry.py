@@ -12,7 +12,6 @@ Skipped with the reason where no Docker engine runs, the base image is not built
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import pytest
 
 from conductor_core.cluster import images
 from conductor_core.track.loopback import running
-from tests.support.containers import docker_or_skip, image_or_skip
+from tests.support.containers import clean_env, docker_or_skip, image_or_skip
 from tests.support.registry import registry_binary_or_skip, start_registry
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]
@@ -31,26 +30,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for key in (
-        "MLFLOW_TRACKING_URI",
-        "MLFLOW_RUN_ID",
-        "MLFLOW_S3_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3",
-        "CONDUCTOR_ARTIFACT_ROOT",
-        images.REGISTRY_ENV,
-        images.TAG_ENV,
-    ):
-        env.pop(key, None)
-    return env
-
-
 def _conductor(args: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     command = [str(Path(sys.executable).parent / "conductor"), *args]
     return subprocess.run(
-        command, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout
+        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -71,7 +54,7 @@ def pushed(tmp_path_factory):
         push = subprocess.run(
             ["bash", "scripts/images.sh", "--push-only", "--push", registry.url, "base"],
             cwd=ROOT,
-            env={**_clean_env(), "CONDUCTOR_IMAGES_STATE": str(state)},
+            env={**clean_env(), "CONDUCTOR_IMAGES_STATE": str(state)},
             capture_output=True,
             text=True,
             timeout=900,

@@ -63,3 +63,25 @@ def image_or_skip(client: Any, kind: str) -> str:
     if not any(ref in i.tags for i in client.images.list()):
         pytest.skip(f"image {ref} is not built here: run `make images`")
     return ref
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without the endpoints and image overrides a rehearsal command
+    would otherwise take from it (each test gives its own)."""
+    import os
+
+    from conductor_core.cluster import images
+
+    env = dict(os.environ)
+    for key in (
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_RUN_ID",
+        "MLFLOW_S3_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "CONDUCTOR_ARTIFACT_ROOT",
+        images.REGISTRY_ENV,
+        images.TAG_ENV,
+    ):
+        env.pop(key, None)
+    return env
