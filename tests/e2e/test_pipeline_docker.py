@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from conductor_core.track.loopback import running, start_mlflow_server, start_s3_server
+from pipelines.containers import RUN_LABEL
 from tests.support.containers import clean_env, docker_or_skip, image_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]
@@ -98,19 +99,20 @@ def _killed_twice(command, cwd, env, docker, s3, prefix) -> str:
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 1200
-            pod_killed = False
+            rehearsal = None  # the run's label value, read off the container killed first
             while proc.poll() is None and time.monotonic() < deadline:
-                if not pod_killed:
+                if rehearsal is None:
                     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
                     if any(checkpoint.search(o["Key"]) for o in listed.get("Contents", [])):
                         for container in _task_containers(docker):
                             if re.search(r'"stage":\s*"base"', " ".join(container.attrs["Args"])):
                                 container.kill()
-                                pod_killed = True
+                                rehearsal = container.labels[RUN_LABEL]
                 elif "train-2 ..." in out.read_text():  # the adaptive stage started
                     os.killpg(proc.pid, signal.SIGKILL)
-                    for container in _task_containers(docker):
-                        container.kill()
+                    # what a lost node takes with it: this run's containers (not another test's)
+                    for container in _task_containers(docker, rehearsal):
+                        container.remove(force=True)
                     break
                 time.sleep(0.2)
         finally:
@@ -119,8 +121,11 @@ def _killed_twice(command, cwd, env, docker, s3, prefix) -> str:
     return out.read_text()
 
 
-def _task_containers(docker) -> list:
-    return docker.containers.list(filters={"label": "org.conductor.rehearsal"})
+def _task_containers(docker, rehearsal: str | None = None) -> list:
+    """The running task containers of any rehearsal, or every container of ``rehearsal``."""
+    if rehearsal is None:
+        return docker.containers.list(filters={"label": RUN_LABEL})
+    return docker.containers.list(all=True, filters={"label": f"{RUN_LABEL}={rehearsal}"})
 
 
 def test_a_killed_pod_is_retried_from_its_checkpoint(rehearsed):
@@ -146,7 +151,7 @@ def test_a_killed_run_resumed_redoes_nothing_that_finished(rehearsed):
     assert "train-2 done" in done.stderr  # the interrupted stage ran again
 
 
-def test_every_task_ran_in_a_container_and_succeeded(rehearsed, images):
+def test_every_task_ran_in_a_container_and_succeeded(rehearsed):
     done, folder, *_ = rehearsed
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     assert "pipeline training: ok" in done.stdout
@@ -157,10 +162,9 @@ def test_every_task_ran_in_a_container_and_succeeded(rehearsed, images):
     for path in (folder / "runs" / "logs").glob("training-*.log"):
         log = path.read_text()
         assert "conductor-base" in log and "Found image" in log  # containers, nothing pulled
-    leftover = images.containers.list(
-        all=True, filters={"label": "org.conductor.rehearsal"}, ignore_removed=True
-    )
-    assert leftover == []
+    # No container of the resumed run is left: the command checks its own rehearsal's (other
+    # tests' rehearsals may be running beside this one) and fails the run otherwise.
+    assert "containers left behind" not in done.stderr
 
 
 def test_weights_in_s3_and_the_registered_version_points_at_them(rehearsed):

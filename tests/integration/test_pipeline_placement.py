@@ -168,6 +168,7 @@ def test_the_trainjob_launcher_is_a_small_cpu_pod_that_knows_its_own_pod(compile
             "POD_NAME",
             "POD_UID",
             "POD_NAMESPACE",
+            "WORKFLOW_NAME",  # the run's Workflow: the TrainJob's owner
         }
 
 
