@@ -53,12 +53,22 @@ def conductor(*args: str) -> None:
         raise CommandFailed(f"conductor {args[0]} {args[1]} exited {done.returncode} (above)")
 
 
-def evaluate(model: str, name: str, out: Path, *, grammar: bool, baselines: bool = False) -> dict:
+def evaluate(
+    model: str,
+    name: str,
+    out: Path,
+    *,
+    grammar: bool,
+    baselines: bool = False,
+    zero_shot: bool = False,
+) -> dict:
     """The summary row of ``model`` on question set ``name`` (``baselines``: the best single
-    worker's accuracy too, as ``best_single``); reuses a finished evaluation in ``out``."""
+    worker's accuracy too, as ``best_single``); reuses a finished evaluation in ``out``. A
+    ``zero_shot`` model (no recorded prompt style of its own) is asked with the profile's."""
     summary = out / "summary.json"
     if not summary.is_file():
         args = ["eval", "run", *EVALS[name], "--pool", str(POOL), "--conductor", model]
+        args += ["--prompt-style", profile_prompt_style()] if zero_shot else []
         args += ["--plan-grammar" if grammar else "--no-plan-grammar", "--no-progress"]
         args += ["--out", str(out)] + (["--baselines", "single"] if baselines else [])
         conductor(*args)
@@ -96,12 +106,29 @@ def train(seed_dir: Path, stages: list[str], steps: dict[str, int], sets: list[s
     return init
 
 
-def figures(model: str, out: Path, *, baselines: bool = False) -> dict[str, float]:
+def profile_prompt_style() -> str:
+    """The small profile's prompt style (a trained model records its own; the bare model's
+    evaluation would otherwise take the few-shot prompt, ~15x longer)."""
+    from conductor_core.train.config import build_config
+
+    return build_config({}, stage="base", profile="small").data.prompt_style
+
+
+def figures(
+    model: str, out: Path, *, baselines: bool = False, zero_shot: bool = False
+) -> dict[str, float]:
     """Held-out and demo figures of one model: under the grammar and unaided."""
     row: dict[str, float] = {}
     for name in EVALS:
-        grammar = evaluate(model, name, out / f"{name}-grammar", grammar=True, baselines=baselines)
-        unaided = evaluate(model, name, out / f"{name}-unaided", grammar=False)
+        grammar = evaluate(
+            model,
+            name,
+            out / f"{name}-grammar",
+            grammar=True,
+            baselines=baselines,
+            zero_shot=zero_shot,
+        )
+        unaided = evaluate(model, name, out / f"{name}-unaided", grammar=False, zero_shot=zero_shot)
         row[f"{name} accuracy"] = grammar["accuracy"]
         row[f"{name} unaided accuracy"] = unaided["accuracy"]
         row[f"{name} unaided format errors"] = unaided["format_errors"]
@@ -164,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     print("| model | " + " | ".join(COLUMNS) + " | s |")
     print("|---|" + "---|" * (len(COLUMNS) + 1))
-    zero = figures("smollm2-135m-instruct", out / "zero-shot", baselines=True)
+    zero = figures("smollm2-135m-instruct", out / "zero-shot", baselines=True, zero_shot=True)
     print_row("zero-shot", zero)
     best = {name: zero[f"{name} best single"] for name in EVALS}
     print(f"| best single worker | {best['held-out']:.3f} | | | | {best['demo']:.3f} | | | | |")
