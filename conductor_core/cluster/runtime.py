@@ -47,6 +47,7 @@ def check_runtime(reference: str, api_client: Any, namespace: str) -> RuntimeChe
     lookup fails, a warning when the caller may not read it, neither when it is there."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     kind, _, name = reference.partition("/")
     if kind not in PLURALS or not name:
@@ -76,6 +77,12 @@ def check_runtime(reference: str, api_client: Any, namespace: str) -> RuntimeChe
             )
         return RuntimeCheck(
             f"trainjob: reading the {kind} {name!r}{where} failed (HTTP {exc.status})"
+        )
+    except (HTTPError, OSError) as exc:  # no answer at all: refused, reset, timed out
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return RuntimeCheck(
+            f"trainjob: the Kubernetes API could not be reached to read the {kind} {name!r}"
+            f"{where} ({reason})"
         )
     return RuntimeCheck()
 

@@ -823,3 +823,24 @@ def test_the_runtime_check_finds_an_installed_runtime_and_names_a_missing_one(ap
         },
     )
     assert check_runtime(reference, api, NS) == type(missing)()  # neither problem nor warning
+
+
+def test_the_runtime_check_names_an_api_server_that_does_not_answer() -> None:
+    """No API server on the other end (a wrong kubeconfig, a stopped cluster): the parameter
+    check says so in one line instead of ending in urllib3's traceback."""
+    import socket
+
+    from conductor_core.cluster.runtime import check_runtime
+
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    cfg.retries = False
+    with client.ApiClient(cfg) as unreachable:
+        result = check_runtime("ClusterTrainingRuntime/torch-distributed", unreachable, NS)
+    assert result.problem is not None and result.problem.startswith(
+        "trainjob: the Kubernetes API could not be reached to read the ClusterTrainingRuntime "
+        "'torch-distributed' ("
+    )
