@@ -54,6 +54,35 @@ _REGISTRY_RE = re.compile(
 )
 
 
+def check_registry(value: str, what: str = "registry") -> str:
+    """``value`` without a trailing ``/``, if it is a registry path (host[:port][/path]).
+
+    Raises:
+        ValueError: it is not one (the message names ``what``).
+    """
+    value = value.strip().rstrip("/")
+    if not _REGISTRY_RE.fullmatch(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid image registry path; use host[:port][/path] with a "
+            "lowercase path, e.g. registry.example.com:5000/ml"
+        )
+    return value
+
+
+def check_tag(value: str, what: str = "tag") -> str:
+    """``value``, if it is a valid image tag.
+
+    Raises:
+        ValueError: it is not one (the message names ``what``).
+    """
+    if not _TAG_RE.fullmatch(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid image tag; use at most 128 of [A-Za-z0-9_.-], "
+            "not starting with '.' or '-'"
+        )
+    return value
+
+
 def default_tag() -> str:
     """The tag of this release's images: the package version with ``+`` written as ``-``."""
     return __version__.replace("+", "-")
@@ -66,14 +95,7 @@ def registry() -> str:
         ValueError: the override is not a valid registry path (the message names the variable).
     """
     value = os.environ.get(REGISTRY_ENV, "").strip().rstrip("/")
-    if not value:
-        return DEFAULT_REGISTRY
-    if not _REGISTRY_RE.fullmatch(value):
-        raise ValueError(
-            f"{REGISTRY_ENV}={value!r} is not a valid image registry path; "
-            "use host[:port][/path] with a lowercase path, e.g. registry.example.com:5000/ml"
-        )
-    return value
+    return check_registry(value, REGISTRY_ENV) if value else DEFAULT_REGISTRY
 
 
 def tag() -> str:
@@ -83,14 +105,7 @@ def tag() -> str:
         ValueError: the override is not a valid image tag (the message names the variable).
     """
     value = os.environ.get(TAG_ENV, "").strip()
-    if not value:
-        return default_tag()
-    if not _TAG_RE.fullmatch(value):
-        raise ValueError(
-            f"{TAG_ENV}={value!r} is not a valid image tag; use at most 128 of "
-            "[A-Za-z0-9_.-], not starting with '.' or '-'"
-        )
-    return value
+    return check_tag(value, TAG_ENV) if value else default_tag()
 
 
 def image_name(kind: ImageKind) -> str:
@@ -124,35 +139,6 @@ PUSH_RECORD: Final = "pushed.json"
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 PullPolicy = Literal["Always", "IfNotPresent"]
 _KIND_RE = re.compile(rf"(?:^|/){re.escape(NAME_PREFIX)}([a-z]+)(?:[:@]|$)")
-
-
-def check_registry(value: str, what: str = "registry") -> str:
-    """``value`` without a trailing ``/``, if it is a registry path (host[:port][/path]).
-
-    Raises:
-        ValueError: it is not one (the message names ``what``).
-    """
-    value = value.strip().rstrip("/")
-    if not _REGISTRY_RE.fullmatch(value):
-        raise ValueError(
-            f"{what} {value!r} is not a valid image registry path; use host[:port][/path] with a "
-            "lowercase path, e.g. registry.example.com:5000/ml"
-        )
-    return value
-
-
-def check_tag(value: str, what: str = "tag") -> str:
-    """``value``, if it is a valid image tag.
-
-    Raises:
-        ValueError: it is not one (the message names ``what``).
-    """
-    if not _TAG_RE.fullmatch(value):
-        raise ValueError(
-            f"{what} {value!r} is not a valid image tag; use at most 128 of [A-Za-z0-9_.-], "
-            "not starting with '.' or '-'"
-        )
-    return value
 
 
 def reference(kind: ImageKind, registry_path: str, *, tag: str = "", digest: str = "") -> str:

@@ -9,9 +9,9 @@ words often writes); the client gets that JSON text. An answer that fails the ch
 ``response_format_unmet``, never a 200 with text that is not the asked form: the worker (the
 deployment), not the request, failed.
 
-``jsonschema`` is imported on first use. It is not in the ``serve`` extra yet (the serving
-image's lock would need remaking): where it is missing, a ``json_schema`` format is refused with
-400 ``unsupported_parameter`` saying so, and ``json_object`` still works.
+``jsonschema`` (in the ``serve`` extra) is imported on first use. In an install without it, a
+``json_schema`` format is refused with 400 ``unsupported_parameter`` saying so, and
+``json_object`` still works.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def cache_key(
         "sample_index": sample_index,
     }
     if output_format is not None:
-        payload["output_format"] = output_format.key()
+        payload["output_format"] = output_format.response_format()
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -55,10 +55,6 @@ class OutputFormat:
             f"else: no prose, no Markdown code fence.\nJSON Schema ({self.name}): {schema}"
         )
 
-    def key(self) -> dict[str, Any]:
-        """A JSON-ready description (cache keys)."""
-        return self.response_format()
-
 
 class Usage(BaseModel):
     """Token usage of one call."""
