@@ -212,17 +212,21 @@ def render_html(
 
 
 def make_plots(summary: Summary, out_dir: str | Path, worker_names=None) -> list[str]:
-    """Accuracy vs cost per method, per-benchmark bars, worker usage. Returns the PNG paths."""
-    import matplotlib
+    """Accuracy vs cost per method, per-benchmark bars, worker usage. Returns the PNG paths.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on :class:`matplotlib.figure.Figure` objects, not through pyplot: the caller's backend
+    (a notebook's inline one) is left as it was, and any thread may draw."""
+    from matplotlib.figure import Figure
+
+    def subplots(figsize: tuple[float, float]):
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots()
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots((6, 4))
     for m in summary.methods:
         s = summary.get(m)
         ax.errorbar(s.cost_per_question, 100 * s.accuracy, yerr=100 * s.stderr, fmt="o")
@@ -238,7 +242,7 @@ def make_plots(summary: Summary, out_dir: str | Path, worker_names=None) -> list
     ax.set_title("Accuracy vs cost")
     paths.append(_save(fig, out / "accuracy_vs_cost.png"))
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(summary.benchmarks)), 4))
+    fig, ax = subplots((max(6, 1.5 * len(summary.benchmarks)), 4))
     width = 0.8 / max(1, len(summary.methods))
     for i, m in enumerate(summary.methods):
         xs, ys, es = [], [], []
@@ -259,7 +263,7 @@ def make_plots(summary: Summary, out_dir: str | Path, worker_names=None) -> list
     paths.append(_save(fig, out / "accuracy_per_benchmark.png"))
 
     header, rows = usage_table(summary, worker_names)
-    fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.5))
+    fig, ax = subplots((6, 0.4 * len(rows) + 1.5))
     left = [0.0] * len(rows)
     for k, name in enumerate(header[1:]):
         vals = [float(r[k + 1].rstrip("%")) for r in rows]
@@ -273,11 +277,8 @@ def make_plots(summary: Summary, out_dir: str | Path, worker_names=None) -> list
 
 
 def _save(fig, path: Path) -> str:
-    import matplotlib.pyplot as plt
-
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return str(path)
 
 
