@@ -388,6 +388,14 @@ class WarmupSpec(_Strict):
         gt=0,
         description="Wall-clock limit of the warm-up, in seconds; `null`: run all `steps`.",
     )
+    subtasks: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="`targets: synthetic`: the subtasks each step of a synthetic plan draws "
+        "from, uniformly (`null`: four generic ones, `warmup.WARMUP_SUBTASKS`). A model trained "
+        "from scratch has no language: this list is its vocabulary of subtasks, and which one a "
+        "step gets, for which question and worker, is left to GRPO.",
+    )
 
 
 class CheckpointSpec(_Strict):

@@ -69,9 +69,11 @@ def synthetic_plan(
     *,
     max_plan_steps: int = 1,
     access_mode: AccessMode | str = AccessMode.BINARY,
+    subtasks: Sequence[str] = WARMUP_SUBTASKS,
 ) -> str:
     """A valid rendered plan of 1..``max_plan_steps`` steps, each step's worker drawn uniformly
-    from ``workers`` (a pool size ``n``, meaning ids ``0..n-1``, or the offered pool ids)."""
+    from ``workers`` (a pool size ``n``, meaning ids ``0..n-1``, or the offered pool ids) and
+    its subtask uniformly from ``subtasks``."""
     ids = offered_ids(workers)
     steps = []
     for i in range(rng.randint(1, max_plan_steps)):
@@ -79,7 +81,7 @@ def synthetic_plan(
         steps.append(
             Step(
                 worker=rng.choice(ids),
-                subtask=rng.choice(WARMUP_SUBTASKS),
+                subtask=rng.choice(subtasks),
                 access=access,
             )
         )
@@ -129,8 +131,13 @@ def warmup_texts(
     for _ in range(count):
         p, offered, shown_desc = draw_example(rng, choices, pool_size, config, descriptions)
         steps = min(config.warmup.max_plan_steps, config.data.max_steps)
+        subtasks = config.warmup.subtasks or WARMUP_SUBTASKS
         plan = synthetic_plan(
-            rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
+            rng,
+            offered,
+            max_plan_steps=steps,
+            access_mode=config.data.access_mode,
+            subtasks=subtasks,
         )
         previous = None
         if rng.random() < config.experimental.warmup_recursion_fraction:
@@ -145,7 +152,11 @@ def warmup_texts(
                 plan = KEEP_PLAN
             else:
                 plan = synthetic_plan(
-                    rng, offered, max_plan_steps=steps, access_mode=config.data.access_mode
+                    rng,
+                    offered,
+                    max_plan_steps=steps,
+                    access_mode=config.data.access_mode,
+                    subtasks=subtasks,
                 )
         messages = stage_prompt(
             config,

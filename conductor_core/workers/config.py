@@ -59,6 +59,38 @@ class FailureRates(BaseModel):
     malformed: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class WorkflowRules(BaseModel):
+    """How a simulated worker behaves in the workflow world
+    (:mod:`conductor_core.simulation.workflow_world`).
+
+    Its ``skills`` are then the chances of a right answer at difficulty 1; each level above the
+    first takes ``difficulty_drop`` off. A checking step finds a wrong answer it can see with
+    ``check_skill`` (and then answers at its own skill) and overturns a right one with
+    ``false_alarm``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    difficulty_drop: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="Chance of a right answer lost per difficulty level above the first.",
+    )
+    check_skill: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Chance that a checking step finds a wrong answer it can see.",
+    )
+    false_alarm: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Chance that a checking step overturns a right answer it can see.",
+    )
+
+
 class SimulationProfile(BaseModel):
     """Behaviour of a simulated worker.
 
@@ -92,6 +124,12 @@ class SimulationProfile(BaseModel):
         "conductor_core/resources/problems/demo.jsonl) and 'bundled-train' (the bundled training "
         "problems, conductor_core/resources/train/problems.jsonl). A relative path resolves "
         "against the folder of the pool YAML file it was loaded from, else the working directory.",
+    )
+    workflow: WorkflowRules | None = Field(
+        default=None,
+        description="Rules of the workflow world: set, a question of that world (one with "
+        "'world' in its metadata) is answered by them (difficulty, checking, parts, subtasks "
+        "read); unset, such a question gets the domain world's behaviour of its whole text.",
     )
 
     @model_validator(mode="after")

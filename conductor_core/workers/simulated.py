@@ -8,7 +8,9 @@ right with probability ``skills[domain]`` (raised to ``verify_skill`` when a rig
 already visible in an earlier step or the previous answer) and answers in the domain's format
 (``\\boxed{...}`` for math, ``Answer: X`` for multiple choice, a fenced Python block for code, the
 bare string for free-form; written by :mod:`~conductor_core.workers.simulated_answers`). Unknown
-questions get a generic, plausible free-text reply.
+questions get a generic, plausible free-text reply. A question of the workflow world, asked of a
+worker with ``simulation.workflow`` rules, is answered by those rules instead
+(:mod:`conductor_core.simulation.workflow_world`: difficulty, parts, checking, subtasks read).
 
 Determinism: the answer, latency and token counts depend only on (profile seed, model, question,
 assigned subtask, visible responses, previous answer, sample index). Injected failures are drawn
@@ -35,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from random import Random
 
+from conductor_core.simulation.workflow_world import respond, world_question
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import SimulationProfile, WorkerConfig
 from conductor_core.workers.problem_bank import ProblemBank, bank_for, normalize_text
@@ -361,8 +364,21 @@ class SimulatedProvider:
     ) -> Completion:
         problem = self.bank.get(parsed.question)
         rng = Random(_stable_int("answer", key))
+        world = None
+        if problem is not None and self.profile.workflow is not None:
+            world = world_question(problem.metadata)
         if problem is None:
             text = generic_answer(parsed.subtask or parsed.question, rng)
+        elif world is not None:
+            assert self.profile.workflow is not None
+            text = respond(
+                world,
+                self.profile,
+                self.profile.workflow,
+                parsed.subtask,
+                parsed.visible_texts(),
+                rng,
+            )
         else:
             right = rng.random() < self.success_probability(problem, parsed)
             text = render_answer(problem, right, rng, self.bank)
