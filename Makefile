@@ -21,6 +21,13 @@ test-fast:
 images:
 	bash scripts/images.sh $(if $(REGISTRY),--push $(REGISTRY))
 
+# The Helm charts (charts/*) packaged into dist/charts/ and pushed to an OCI registry:
+# REGISTRY=host[:port][/path] (plain HTTP on a loopback address; `helm registry login` first where
+# the registry asks); the references and digests go to dist/charts/pushed.json.
+chart-push:
+	@test -n "$(REGISTRY)" || { echo "chart-push: set REGISTRY=host[:port][/path]" >&2; exit 2; }
+	.venv/bin/python scripts/chart_push.py $(REGISTRY)
+
 # The hashed lock files the CPU images install (images/{base,serve}/requirements.lock), resolved
 # afresh from pyproject.toml; run after a dependency change (tests/unit/test_images.py says so).
 lock:
@@ -35,4 +42,4 @@ bench:
 	.venv/bin/python bench/bench_eval.py
 	.venv/bin/python bench/bench_sandbox_humaneval.py
 
-.PHONY: test test-fast images lock lint bench
+.PHONY: test test-fast images chart-push lock lint bench

@@ -100,9 +100,10 @@ def test_schema_pool_settings_match_the_pool_models() -> None:
 def test_schema_refuses_unknown_keys_at_every_level() -> None:
     """Every object of the schema lists its keys (additionalProperties false) or is a map of
     typed values; arrays type their items. Only the provider-specific request parameters
-    (params.extra) pass through as given."""
+    (params.extra) and Helm's `global` (a parent chart's, shared by all its subcharts) pass
+    through as given."""
     schema = load_schema()
-    passthrough = {"extra"}
+    passthrough = {"extra", "global"}
     loose = []
 
     def walk(node: object, path: str) -> None:

@@ -77,6 +77,15 @@ readers), so a tag pushed again elsewhere never changes what runs. Every image g
 {{- end -}}
 {{- end -}}
 
+{{/* Image pull secrets of every pod, as YAML: imagePullSecrets, then a parent chart's
+global.imagePullSecrets, each once; empty when there are none. */}}
+{{- define "conductor.imagePullSecrets" -}}
+{{- $global := (.Values.global | default dict).imagePullSecrets | default list -}}
+{{- with concat (.Values.imagePullSecrets | default list) $global | uniq -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "conductor.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "conductor.fullname" .) .Values.serviceAccount.name -}}

@@ -76,9 +76,9 @@ spec:
       {{- with $runtimeClass }}
       runtimeClassName: {{ . }}
       {{- end }}
-      {{- with $root.Values.imagePullSecrets }}
+      {{- with include "conductor.imagePullSecrets" $root }}
       imagePullSecrets:
-        {{- toYaml . | nindent 8 }}
+        {{- . | nindent 8 }}
       {{- end }}
       {{- with $d.podSecurityContext }}
       securityContext:
