@@ -80,14 +80,10 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_pool(pool_path: Path | None, problems_path: Path | None):
     """The pool config (the bundled simulated pool by default); ``--problems`` replaces the
-    problems its simulated workers know."""
-    from conductor_core.workers.bundled import bundled_pool_path
-    from conductor_core.workers.config import load_pool as load_pool_file
+    problems its simulated workers know (:func:`conductor_core.api.load_pool_config`)."""
+    from conductor_core.api import load_pool_config
 
-    config = load_pool_file(pool_path or bundled_pool_path())
-    if problems_path is not None:
-        config = config.with_simulation_problems([problems_path], replace=True)
-    return config
+    return load_pool_config(pool_path, problems_path)
 
 
 def make_plan_source(

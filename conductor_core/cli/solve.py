@@ -10,12 +10,7 @@ from typing import Any
 
 import click
 
-from conductor_core.cli._common import (
-    conductor_options,
-    load_pool,
-    make_plan_source,
-)
-from conductor_core.solve import solve_options
+from conductor_core.cli._common import conductor_options
 
 
 @click.command("solve")
@@ -52,10 +47,15 @@ def command(
     as_json: bool,
 ) -> None:
     """Plan, run and answer QUESTION on a worker pool."""
+    from conductor_core.api import Conductor  # what the Python API runs (docs/python.md)
 
-    config = load_pool(pool_path, problems_path)
-    options = solve_options(
-        config,
+    conductor_ = Conductor(
+        conductor,
+        pool_path,
+        model_name=conductor_model,
+        api_key_env=conductor_key_env,
+        plan_grammar=plan_grammar,
+        problems=problems_path,
         max_steps=max_steps,
         access_mode=access_mode,
         descriptors=descriptors,
@@ -65,44 +65,28 @@ def command(
         max_cost=max_cost,
         deadline=deadline,
     )
-    source = make_plan_source(
-        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
-    )
-    view = None if as_json else LiveView(config)
-    trace = asyncio.run(_run(question, source, config, options, sample_index, view))
+    view = None if as_json else LiveView(conductor_.pool_config)
+    result = asyncio.run(_run(conductor_, question, sample_index, view))
+    trace = result.trace
     if as_json:
         click.echo(json.dumps(trace.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         view.summary(trace)
-        from conductor_core.workers.problem_bank import known_problem
-
-        known = known_problem(config, question)
-        if known is not None and trace.answer is not None:
-            from conductor_core.tasks.grading import grade
-
-            verdict = grade(known, trace.answer)
-            mark = "[green]right[/green]" if verdict.correct else "[red]wrong[/red]"
-            view.console.print(f"graded against {known.id}'s reference: {mark} ({verdict.reason})")
+        if result.grade is not None:
+            g = result.grade
+            mark = "[green]right[/green]" if g.correct else "[red]wrong[/red]"
+            view.console.print(f"graded against {g.reference_id}'s reference: {mark} ({g.reason})")
     if trace.format_error or trace.infra_error or trace.answer is None:
         sys.exit(1)
 
 
-async def _run(question, source, config, options, sample_index, view):
-    from conductor_core.solve import solve
-    from conductor_core.workers.pool import WorkerPool
-
-    async with WorkerPool(config) as pool:
-        try:
-            return await solve(
-                question,
-                source,
-                pool,
-                options=options,
-                sample_index=sample_index,
-                on_event=view.on_event if view else None,
-            )
-        finally:
-            await source.aclose()
+async def _run(conductor, question, sample_index, view):
+    try:
+        return await conductor.asolve(
+            question, seed=sample_index, on_event=view.on_event if view else None
+        )
+    finally:
+        await conductor.aclose()
 
 
 class LiveView:
