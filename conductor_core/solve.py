@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from conductor_core import telemetry
 from conductor_core.policy.base import (
     PlanRequest,
     PlanResult,
@@ -133,8 +134,50 @@ async def solve(
     rounds in all) instead of starting afresh. ``on_answer_delta`` gets the answer in pieces as
     the last step of the last possible round writes it (see the module doc); the pieces join to
     that step's reply.
+
+    Where a tracer is bound (:mod:`conductor_core.telemetry`: the gateway's requests), the loop
+    is a ``conductor.workflow`` span and each call of the plan source a ``conductor.plan`` span.
     """
-    opts = options or SolveOptions()
+    with telemetry.span("conductor.workflow") as span:
+        trace = await _solve(
+            question,
+            plan_source,
+            pool,
+            options or SolveOptions(),
+            sample_index,
+            on_event,
+            previous,
+            on_answer_delta,
+        )
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "conductor.rounds": len(trace.rounds),
+                    "conductor.calls": trace.calls,
+                    "conductor.answered": trace.answer is not None,
+                    "conductor.cost": trace.cost,
+                    "gen_ai.usage.input_tokens": trace.input_tokens,
+                    "gen_ai.usage.output_tokens": trace.output_tokens,
+                }
+            )
+            if trace.format_error:
+                telemetry.failed(span, "format_error")
+            elif trace.infra_error:
+                telemetry.failed(span, "infra_error")
+        return trace
+
+
+async def _solve(
+    question: str,
+    plan_source: PlanSource,
+    pool: WorkerCaller,
+    opts: SolveOptions,
+    sample_index: int,
+    on_event: EventHandler | None,
+    previous: PreviousRound | None,
+    on_answer_delta: DeltaHandler | None,
+) -> SolveTrace:
+    """The round loop of :func:`solve`."""
     trace = SolveTrace(question=question)
     wall0 = time.perf_counter()
     start = 0 if previous is None else 1
@@ -149,7 +192,7 @@ async def solve(
         request = plan_request(question, len(pool), opts, sample_index, previous)
         if on_event is not None:
             on_event({"type": "plan_start", "round": r})
-        result = _offered_only(await plan_source.plan(request), request)
+        result = await _plan(plan_source, request, r)
         rnd = RoundTrace(
             round=r,
             raw_plan=result.raw,
@@ -210,6 +253,25 @@ async def solve(
     trace.answer = answer
     trace.wall_s = time.perf_counter() - wall0
     return trace
+
+
+async def _plan(plan_source: PlanSource, request: PlanRequest, round_index: int) -> PlanResult:
+    """Round ``round_index``'s plan from ``plan_source`` (:func:`_offered_only`), in a
+    ``conductor.plan`` span."""
+    with telemetry.span("conductor.plan", {"conductor.round": round_index}, kind="client") as span:
+        result = _offered_only(await plan_source.plan(request), request)
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": result.input_tokens,
+                    "gen_ai.usage.output_tokens": result.output_tokens,
+                }
+            )
+            if result.workflow is None:
+                telemetry.failed(span, "plan_format_error")
+            else:
+                span.set_attribute("conductor.plan.steps", len(result.workflow.steps))
+        return result
 
 
 def _offered_only(result: PlanResult, request: PlanRequest) -> PlanResult:

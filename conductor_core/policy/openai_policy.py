@@ -16,6 +16,7 @@ from conductor_core.policy.base import (
     parse_result,
     plan_grammar,
 )
+from conductor_core.telemetry import outgoing_headers
 from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
 
@@ -62,6 +63,8 @@ class OpenAIPlanSource:
     then writes the three lists without reasoning. ``max_subtask_chars`` bounds each subtask in
     that grammar (None: unbounded). Servers without structured outputs ignore or reject it.
     Unreachable endpoints and HTTP errors raise :class:`ConductorError`; format errors are returned.
+    A gateway request's plan call carries its ``X-Request-ID`` and trace context
+    (:func:`conductor_core.telemetry.outgoing_headers`).
     """
 
     def __init__(
@@ -155,6 +158,9 @@ class OpenAIPlanSource:
             extra_body["structured_outputs"] = {"regex": self.grammar(request)}
         if extra_body:
             kwargs["extra_body"] = extra_body
+        headers = outgoing_headers()  # a gateway request's id and trace context
+        if headers:
+            kwargs["extra_headers"] = headers
         start = time.perf_counter()
         response = await self._call(self._get_client().chat.completions.create, **kwargs)
         latency = time.perf_counter() - start

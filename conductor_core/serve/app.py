@@ -18,6 +18,7 @@ and every request is logged once (JSON when the CLI configured it) without keys 
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from conductor_core.serve.auth import (
     TokenBucketLimiter,
     load_api_keys,
 )
-from conductor_core.serve.config import GatewayConfig
+from conductor_core.serve.config import MODEL_VERSION_ENV, GatewayConfig
 from conductor_core.serve.metrics import GatewayMetrics
 from conductor_core.serve.openapi import openapi_description
 from conductor_core.serve.protocol import (
@@ -78,8 +79,8 @@ class RequestContextMiddleware:
                 given = value.decode("latin-1")
                 break
         request_id = given if SANE_REQUEST_ID.match(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
         start = time.perf_counter()
+        scope.setdefault("state", {}).update(request_id=request_id, received_at=start)
         status = 500
         started = False
 
@@ -203,6 +204,7 @@ def create_app(
     pool: PoolConfig | None = None,
     plan_source: PlanSource | None = None,
     serving_kwargs: dict[str, Any] | None = None,
+    tracer_provider: Any = None,
 ):
     """Build the gateway app.
 
@@ -213,6 +215,9 @@ def create_app(
             and closes it at shutdown.
         serving_kwargs: extra keyword arguments of
             :class:`~conductor_core.serve.serving.ConductorServing` (``rng``, ``trace_logger``).
+        tracer_provider: an OpenTelemetry ``TracerProvider`` to trace requests with (tests pass
+            one with an in-memory exporter); default: one from the ``OTEL_*`` environment when
+            it asks for tracing, else none (:mod:`conductor_core.serve.tracing`).
 
     The API keys are read here (a missing keys file raises :class:`ConfigError` before anything
     starts); the pool and the :class:`ConductorServing` are built at startup and drained and
@@ -226,6 +231,7 @@ def create_app(
     Response = responses.Response
 
     from conductor_core.serve.serving import ConductorServing
+    from conductor_core.serve.tracing import GatewayTracing
 
     config = config or GatewayConfig()
     auth = ApiKeyAuth(load_api_keys(config))
@@ -247,6 +253,8 @@ def create_app(
         or config.max_concurrent_requests_per_key is not None
     )
     metrics = GatewayMetrics()
+    metrics.set_build_info(config.model_name, os.environ.get(MODEL_VERSION_ENV))
+    tracing = GatewayTracing.create(tracer_provider)
     if pool is None:
         from conductor_core.workers.bundled import bundled_pool_path
         from conductor_core.workers.config import load_pool
@@ -269,7 +277,13 @@ def create_app(
 
             source = load_plan_source("scripted")
         serving = ConductorServing(
-            config, pool_config, source, metrics=metrics, quota=quota, **(serving_kwargs or {})
+            config,
+            pool_config,
+            source,
+            metrics=metrics,
+            quota=quota,
+            tracer=tracing.tracer if tracing is not None else None,
+            **(serving_kwargs or {}),
         )
         app.state.serving = serving
         serving.start()
@@ -283,6 +297,8 @@ def create_app(
             yield
         finally:
             await serving.aclose()
+            if tracing is not None:
+                await tracing.aclose()  # the last spans exported
             logger.info("gateway stopped")
 
     app = fastapi.FastAPI(
@@ -297,6 +313,8 @@ def create_app(
     app.state.config = config
     app.state.concurrency = concurrency
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
+    if tracing is not None:
+        tracing.instrument(app)
 
     class SlotStreamingResponse(StreamingResponse):
         """A stream that holds its request's concurrency slot until the response is over, however
@@ -420,7 +438,7 @@ def create_app(
         job = serving.prepare(body, request.state.request_id, caller)
         slot = concurrency.acquire(caller)  # a slot only for a request that will run
         if body.stream:
-            stream = serving.stream_chat_completion(job)
+            stream = serving.stream_chat_completion(job, request.state.received_at)
             return SlotStreamingResponse(
                 events(stream) if events else stream,
                 slot,

@@ -15,6 +15,11 @@ API_KEYS_FILE_ENV = "CONDUCTOR_API_KEYS_FILE"
 API_KEYS_ENV = "CONDUCTOR_API_KEYS"
 """Default environment variable holding API keys (comma- or newline-separated)."""
 
+MODEL_VERSION_ENV = "CONDUCTOR_MODEL_VERSION"
+"""Environment variable naming the version of the served Conductor model (e.g. the registry
+version a deployment pinned): the ``model_version`` label of the metric
+``conductor_gateway_build_info`` (unset: ``unknown``)."""
+
 
 class GatewayConfig(BaseModel):
     """Settings of the OpenAI-compatible Conductor gateway (``conductor serve``).

@@ -16,7 +16,15 @@ Metric names (all prefixed ``conductor_gateway_``):
   ``worker_up{worker}`` (the worker's endpoint answered its last background health check: 1,
   else 0; local and simulated workers 1; hosted APIs of other providers absent);
 * ``read_timeouts_total{phase}`` (headers|body: connections closed because a request did not
-  arrive in time).
+  arrive in time);
+* ``worker_latency_seconds{worker}`` (histogram: each worker call that reached the worker, from
+  its start to its reply or final failure, queueing and retries included; response-cache hits
+  and calls refused by an open circuit left out);
+* ``time_to_first_token_seconds`` (histogram: a streamed response's time from the request's
+  arrival to its first answer text);
+* ``build_info{version,model,model_version}`` (always 1): the gateway's package version, the
+  served model's id (``/v1/models``) and version (``GatewayConfig.model_version``, ``unknown``
+  when not given).
 
 The labelled children that every request touches are looked up once and kept
 (:meth:`GatewayMetrics.child`): ``labels()`` validates and locks on each call, which cost more
@@ -26,12 +34,18 @@ workers, outcomes), so the cache holds no more series than the registry does.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from conductor_core.errors import require
+from conductor_core.workers.types import ErrorKind
 from conductor_core.workflow.trace import SolveTrace
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+UNKNOWN_VERSION = "unknown"
+"""The ``model_version`` label of ``build_info`` when the served model's version is not given."""
 
 
 class GatewayMetrics:
@@ -106,7 +120,53 @@ class GatewayMetrics:
             ["phase"],
             **reg,
         )
+        self.worker_latency = pc.Histogram(
+            p + "worker_latency_seconds",
+            "Latency of worker calls in seconds by worker (queueing and retries included; "
+            "response-cache hits and open-circuit refusals left out).",
+            ["worker"],
+            buckets=_LATENCY_BUCKETS,
+            **reg,
+        )
+        self.first_token = pc.Histogram(
+            p + "time_to_first_token_seconds",
+            "Seconds from a streamed request's arrival to the first answer text sent.",
+            buckets=_LATENCY_BUCKETS,
+            **reg,
+        )
+        self.build_info = pc.Gauge(
+            p + "build_info",
+            "Always 1: the gateway's version and the served model's id and version.",
+            ["version", "model", "model_version"],
+            **reg,
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
+
+    def set_build_info(self, model: str, model_version: str | None = None) -> None:
+        """Publish ``build_info``: this package's version, the served ``model`` and its
+        ``model_version`` (None: ``unknown``)."""
+        from conductor_core import __version__
+
+        self.build_info.clear()
+        self.build_info.labels(
+            version=__version__, model=model, model_version=model_version or UNKNOWN_VERSION
+        ).set(1)
+
+    def first_token_timer(self, start: float | None = None) -> Callable[[], None]:
+        """A clock for one streamed response, started at ``start`` (``time.perf_counter()``;
+        None: now): calling it observes the time to first token (the first call; later calls
+        do nothing)."""
+        start = time.perf_counter() if start is None else start
+        observe = self.first_token.observe
+        pending = True
+
+        def first_token() -> None:
+            nonlocal pending
+            if pending:
+                pending = False
+                observe(time.perf_counter() - start)
+
+        return first_token
 
     def child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, looked up once per label values and kept."""
@@ -138,6 +198,8 @@ class GatewayMetrics:
                 steps += 1
                 name = _name(worker_names, step.worker)
                 child(self.worker_calls, name).inc()
+                if not step.cached and step.error_kind != ErrorKind.CIRCUIT_OPEN:
+                    child(self.worker_latency, name).observe(step.latency_s)
                 if step.retries:
                     child(self.worker_retries, name).inc(step.retries)
                 if step.error is not None:

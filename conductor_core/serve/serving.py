@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from conductor_core import telemetry
 from conductor_core.errors import ConductorError
 from conductor_core.policy.base import PlanSource
 from conductor_core.serve.auth import SpendQuota
@@ -390,6 +391,8 @@ class ConductorServing:
             pass a mock; default: the network).
         quota: charged with the cost of each workflow that ends, to its job's caller (None:
             no spend quota).
+        tracer: the OpenTelemetry tracer of the workflows' spans (None: no spans); each
+            workflow's calls carry its request id either way (:mod:`conductor_core.telemetry`).
     """
 
     def __init__(
@@ -403,6 +406,7 @@ class ConductorServing:
         trace_logger: Callable[..., Any] | None = None,
         probe_transport: Any = None,
         quota: SpendQuota | None = None,
+        tracer: Any = None,
     ) -> None:
         from conductor_core.workers.pool import WorkerPool
 
@@ -411,6 +415,7 @@ class ConductorServing:
         self.plan_source = plan_source
         self.metrics = metrics
         self.quota = quota
+        self.tracer = tracer
         self.pool = WorkerPool(pool_config)
         self.worker_names = [w.display_name for w in pool_config.workers]
         self.default_options = solve_options(
@@ -597,8 +602,9 @@ class ConductorServing:
                 answer; it names the outcome in the access log). The messages name no upstream
                 URL.
         """
-        context = contextvars.copy_context()  # the workflow's: its answer's format
+        context = contextvars.copy_context()  # the workflow's: its answer's format, its calls'
         context.run(ANSWER_FORMAT.set, job.output_format)
+        context.run(telemetry.bind, job.request_id, self.tracer)
         task = asyncio.create_task(
             solve(
                 job.question,
@@ -796,7 +802,9 @@ class ConductorServing:
             conductor=self._summary(job, trace),
         )
 
-    async def stream_chat_completion(self, job: SolveJob) -> AsyncIterator[str]:
+    async def stream_chat_completion(
+        self, job: SolveJob, received_at: float | None = None
+    ) -> AsyncIterator[str]:
         """Solve ``job``, yielding server-sent events: a role chunk, one chunk per workflow event
         (its ``conductor`` field; empty delta), the answer as content chunks while the last
         step's worker writes it (the rest, or all of it when it was not streamed, after the
@@ -809,7 +817,10 @@ class ConductorServing:
         already streamed (the streamed step failed part-way and an earlier round's answer
         stands): text sent is never sent again. With a ``response_format`` the answer is not
         streamed as it is written: it is sent in one content chunk once it passed the check
-        (:meth:`_check_format`), else the stream ends with that error."""
+        (:meth:`_check_format`), else the stream ends with that error. The time from
+        ``received_at`` (the request's arrival, ``time.perf_counter()``; None: now) to the
+        first content chunk is the metric ``time_to_first_token_seconds``."""
+        first_token = self.metrics.first_token_timer(received_at)
         cid = completion_id()
         created = int(time.time())
 
@@ -842,6 +853,7 @@ class ConductorServing:
         head, _, tail = chunk(DeltaMessage(content="\x00")).partition('"content": "\\u0000"')
 
         def content(text: str) -> str:
+            first_token()
             return f'{head}"content": {json.dumps(text, ensure_ascii=False)}{tail}'
 
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()

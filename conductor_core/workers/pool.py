@@ -39,6 +39,11 @@ step): a provider that declares ``accepts_output_format`` gets it as ``output_fo
 and vLLM as ``response_format``, Gemini as its JSON mode, the simulated workers answer JSON);
 any other is asked in words, by a system message put first (:meth:`OutputFormat.instruction`).
 The pool does not check the reply: the caller does. The format is part of the cache key.
+
+Tracing: where a tracer is bound (:mod:`conductor_core.telemetry`), each call is a
+``conductor.worker_call`` client span (its attempts, retries and a cache hit included) naming the
+worker, its model, retries, tokens and error kind; the providers' HTTP requests carry its trace
+context.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conductor_core import telemetry
 from conductor_core.errors import ConductorError
 from conductor_core.workers.cache import ResponseCache, cache_key
 from conductor_core.workers.config import PoolConfig, WorkerConfig, load_pool
@@ -278,6 +284,47 @@ class WorkerPool:
         worker = self.worker(worker_id)
         if self._closed:
             raise RuntimeError("the worker pool is closed")
+        attributes = {
+            "conductor.worker.id": worker_id,
+            "conductor.worker.name": worker.display_name,
+            "gen_ai.request.model": worker.model,
+        }
+        with telemetry.span("conductor.worker_call", attributes, kind="client") as span:
+            result = await self._call(
+                worker_id,
+                worker,
+                messages,
+                sample_index,
+                deadline,
+                priority,
+                on_delta,
+                output_format,
+            )
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "conductor.worker.retries": result.retries,
+                        "conductor.worker.cached": result.cached,
+                        "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                        "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                    }
+                )
+                if result.error_kind is not None:
+                    telemetry.failed(span, result.error_kind)
+            return result
+
+    async def _call(
+        self,
+        worker_id: int,
+        worker: WorkerConfig,
+        messages: Messages,
+        sample_index: int,
+        deadline: float | None,
+        priority: float,
+        on_delta: DeltaHandler | None,
+        output_format: OutputFormat | None,
+    ) -> CallResult:
+        """:meth:`call`, inside its span."""
         stats = self._stats[worker_id]
         stats.calls += 1
         start = self._clock()

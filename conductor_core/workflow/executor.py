@@ -23,6 +23,9 @@ An answer format (``answer_format``, else the context variable :data:`ANSWER_FOR
 gateway sets for a request with a JSON ``response_format``) is asked of the last step's worker
 (``pool.call(..., output_format=...)``): its reply is the answer. Earlier steps write free text.
 Every round's last step is asked, since a later round may keep an earlier round's answer.
+
+Where a tracer is bound (:mod:`conductor_core.telemetry`), each executed step is a
+``conductor.step`` span around its worker call (skipped steps have none).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from conductor_core import telemetry
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.types import (
     CallResult,
@@ -280,14 +284,18 @@ class _Run:
                 extra["on_delta"] = self.on_answer_delta
             if last and self.answer_format is not None:
                 extra["output_format"] = self.answer_format
-            result = await self.pool.call(
-                step.worker,
-                [{"role": "user", "content": prompt}],
-                sample_index=self.sample_indices[i],
-                deadline=self.deadline,
-                priority=self.priority[i],
-                **extra,
-            )
+            attributes = {"conductor.step.index": i, "conductor.worker.id": step.worker}
+            with telemetry.span("conductor.step", attributes) as span:
+                result = await self.pool.call(
+                    step.worker,
+                    [{"role": "user", "content": prompt}],
+                    sample_index=self.sample_indices[i],
+                    deadline=self.deadline,
+                    priority=self.priority[i],
+                    **extra,
+                )
+                if result.error_kind is not None:
+                    telemetry.failed(span, result.error_kind)
             base.finished_s = self._now()
             self._record(base, result)
             self.traces[i] = base

@@ -62,3 +62,62 @@ def test_workflow_counts_through_the_kept_series() -> None:
     tokens = {"source": "workers", "kind": "prompt"}
     assert m.value("conductor_gateway_tokens_total", tokens) == 14
     assert m.value("conductor_gateway_cost_dollars_total") == 1.0
+
+
+def test_worker_latency_counts_calls_that_reached_the_worker() -> None:
+    m = GatewayMetrics()
+    step = {"subtask": "s", "latency_s": 0.3}
+    trace = SolveTrace.model_validate(
+        {
+            "question": "q",
+            "answer": "a",
+            "rounds": [
+                {
+                    "round": 0,
+                    "workflow": {
+                        "plan": {},
+                        "steps": [
+                            {**step, "index": 0, "worker": 0},
+                            {**step, "index": 1, "worker": 1, "latency_s": 2.0},
+                            {**step, "index": 2, "worker": 1, "cached": True},
+                            {**step, "index": 3, "worker": 0, "error_kind": "circuit_open"},
+                            {**step, "index": 4, "worker": 0, "skipped": "dependency:3"},
+                        ],
+                    },
+                }
+            ],
+        }
+    )
+    m.observe_workflow(trace, ["w0", "w1"], "answered")
+    name = "conductor_gateway_worker_latency_seconds"
+    assert m.value(name + "_count", {"worker": "w0"}) == 1
+    assert m.value(name + "_sum", {"worker": "w0"}) == pytest.approx(0.3)
+    assert m.value(name + "_count", {"worker": "w1"}) == 1  # the cache hit is left out
+    assert m.value(name + "_bucket", {"worker": "w1", "le": "1.0"}) == 0
+    assert m.value(name + "_bucket", {"worker": "w1", "le": "2.5"}) == 1
+
+
+def test_time_to_first_token_is_observed_once_per_stream() -> None:
+    import time
+
+    m = GatewayMetrics()
+    name = "conductor_gateway_time_to_first_token_seconds"
+    first_token = m.first_token_timer(time.perf_counter() - 0.5)  # arrived half a second ago
+    first_token()
+    first_token()
+    assert m.value(name + "_count") == 1
+    assert 0.5 <= m.value(name + "_sum") < 5
+    m.first_token_timer()()
+    assert m.value(name + "_count") == 2
+
+
+def test_build_info_names_the_version_and_the_served_model() -> None:
+    from conductor_core import __version__
+
+    m = GatewayMetrics()
+    m.set_build_info("conductor")
+    labels = {"version": __version__, "model": "conductor", "model_version": "unknown"}
+    assert m.value("conductor_gateway_build_info", labels) == 1
+    m.set_build_info("conductor", "7")
+    assert m.value("conductor_gateway_build_info", labels) is None  # one series at a time
+    assert m.value("conductor_gateway_build_info", {**labels, "model_version": "7"}) == 1

@@ -158,3 +158,71 @@ def test_a_plain_call_skips_the_sdk_and_reads_its_headers_once() -> None:
     assert headers_read == 1
     assert len(server.requests) == 3
     assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in server.requests)
+
+
+def test_per_call_fields_are_encoded_and_unsafe_ones_left_out() -> None:
+    fields = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert http11.header_fields({**fields, "X-Request-ID": "r-1"}) == (
+        b"traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+        b"X-Request-ID: r-1\r\n"
+    )
+    unsafe = {
+        "tracestate": "a=1\r\nX-Injected: 1",
+        "baggage": "caf\u00e9",
+        "Content-Length": "1",
+        "Host": "elsewhere",
+        "bad name": "v",
+        "empty": "",
+    }
+    assert http11.header_fields(unsafe) == b""
+
+
+def test_a_workflows_calls_carry_its_request_id_and_trace_context_on_both_paths() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from conductor_core import telemetry
+
+    tracer = TracerProvider().get_tracer("test")
+    lean = OpenAIProvider(worker())
+    lean._lean = scripted = ScriptedClient(response("one"))
+    lean._request_headers()  # the head the scripted client is given
+    server = Server(httpx.Response(200, json=chat("two")))
+    sdk_path = OpenAIProvider(worker(), http_client=server.client())
+
+    async def main() -> tuple[str, str, str]:
+        telemetry.bind("req-7", tracer)  # in this run's own context
+        try:
+            with telemetry.span("conductor.worker_call", kind="client") as span:
+                ctx = span.get_span_context()
+                await lean.complete(MSG)
+                await sdk_path.complete(MSG)
+            return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", f"{int(ctx.trace_flags):02x}"
+        finally:
+            await lean.aclose()
+            await sdk_path.aclose()
+
+    trace_id, span_id, flags = asyncio.run(main())
+    traceparent = f"00-{trace_id}-{span_id}-{flags}"
+    written = scripted.written[0]
+    fields = f"traceparent: {traceparent}\r\nX-Request-ID: req-7\r\n".encode()
+    assert written.startswith(lean._head + fields + b"Content-Length: ")
+    (request,) = server.requests
+    assert request.headers["traceparent"] == traceparent
+    assert request.headers["x-request-id"] == "req-7"
+    assert request.headers["authorization"] == f"Bearer {SECRET}"  # still the worker's own key
+
+
+def test_calls_outside_a_workflow_carry_no_extra_fields() -> None:
+    provider = OpenAIProvider(worker())
+    provider._lean = scripted = ScriptedClient(response("one"))
+
+    async def main() -> None:
+        try:
+            await provider.complete(MSG)
+        finally:
+            await provider.aclose()
+
+    asyncio.run(main())
+    assert scripted.written[0].startswith(provider._head + b"Content-Length: ")
+    assert b"traceparent" not in scripted.written[0]
+    assert b"X-Request-ID" not in scripted.written[0]

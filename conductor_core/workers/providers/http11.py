@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import urllib.request
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +44,7 @@ __all__ = [
     "Http11Client",
     "Response",
     "fits",
+    "header_fields",
 ]
 
 
@@ -83,6 +85,27 @@ def fits(url: str) -> bool:
         and not proxies.get("http")
         and not proxies.get("all")
     )
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""A header field name (RFC 9110's token)."""
+
+_VALUE = re.compile(r"[\x21-\x7e]([\t\x20-\x7e]*[\x21-\x7e])?")
+"""A header field value this client writes: visible ASCII, inner spaces and tabs."""
+
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+
+def header_fields(headers: Mapping[str, str]) -> bytes:
+    """Header fields to add to one request, after a head from :meth:`Http11Client.request_head`
+    (e.g. a trace context that changes with each call), encoded; a field whose name or value
+    this client does not write (a line break, a non-ASCII character, a field that frames the
+    message) is left out."""
+    out = []
+    for name, value in headers.items():
+        if _TOKEN.fullmatch(name) and _VALUE.fullmatch(value) and name.lower() not in _FRAMING:
+            out.append(f"{name}: {value}\r\n".encode("ascii"))
+    return b"".join(out)
 
 
 class Response:
@@ -231,8 +254,8 @@ class Http11Client:
         return h11.Connection(h11.CLIENT).send(request)[:-2]  # without the blank line
 
     async def post(self, content: bytes, head: bytes) -> Response:
-        """POST ``content`` after ``head`` (from :meth:`request_head`); returns the whole
-        response.
+        """POST ``content`` after ``head`` (from :meth:`request_head`, maybe followed by
+        :func:`header_fields`); returns the whole response.
 
         Raises:
             HTTPTimeout: connecting or a wait for data took longer than ``timeout_s``.

@@ -15,6 +15,10 @@ Request rules:
 
 The SDK's own retries are off (``max_retries=0``): the pool retries, with its own backoff.
 
+Every request of a gateway's workflow also carries its ``X-Request-ID`` and, when the gateway
+traces, the trace context of the worker call's span (``traceparent``):
+:func:`conductor_core.telemetry.outgoing_headers`, on both paths below.
+
 A plain call (:meth:`OpenAIProvider.complete`) skips the SDK's request building and response
 models, which cost more CPU than the HTTP exchange itself (on a 2-core machine about 2.5 ms of CPU
 per call through the SDK, about 0.3 ms through the small client below): it posts the JSON body
@@ -43,6 +47,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from conductor_core.errors import require
+from conductor_core.telemetry import outgoing_headers
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.keys import resolve_key
 from conductor_core.workers.providers import http11
@@ -219,14 +224,19 @@ class OpenAIProvider:
         try:
             body = request_body(request)
             headers = self._request_headers()
+            context = outgoing_headers()
             response: Any = None
             if self._lean is not None:
-                response = await self._lean.post(body, self._head)
+                head = self._head + http11.header_fields(context) if context else self._head
+                response = await self._lean.post(body, head)
                 if 300 <= response.status_code < 400 and "location" in response.headers:
                     response = None  # the SDK's client follows redirects
             if response is None:
                 response = await self._http.post(
-                    self._url, content=body, headers=headers, timeout=self.worker.timeout_s
+                    self._url,
+                    content=body,
+                    headers={**headers, **context} if context else headers,
+                    timeout=self.worker.timeout_s,
                 )
             if not 200 <= response.status_code < 300:
                 message = _status_message(response.status_code, response.content)
@@ -266,6 +276,9 @@ class OpenAIProvider:
         request = build_request(self.worker, messages, output_format)
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
+        context = outgoing_headers()
+        if context:
+            request["extra_headers"] = context
         parts: list[str] = []
         usage: Any = None
         finished = False
