@@ -94,7 +94,7 @@ def train(seed_dir: Path, stages: list[str], steps: dict[str, int], sets: list[s
     for stage in stages:
         out = seed_dir / stage
         if not (out / "model").is_dir():
-            args = ["train", "--stage", stage, "--profile", "small", "--output-dir", str(out)]
+            args = ["train", "--stage", stage, "--profile", "small", "--out", str(out)]
             args += ["--set", f"seed={seed_dir.name.removeprefix('seed-')}", "--no-progress"]
             args += ["--init-from", init] if init else []
             args += ["--steps", str(steps[stage])] if stage in steps else []

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from conductor_core.cli.options import OUT_DIR, RenamedOptionsCommand
 from conductor_core.errors import ConfigError
 from pipelines.registry import COMPILED_DIR, NAMES
 
@@ -40,10 +41,11 @@ def _token(token_env: str | None) -> str | None:
     return token
 
 
-@command.command("compile")
+@command.command("compile", cls=RenamedOptionsCommand, renamed=[OUT_DIR])
 @click.argument("names", nargs=-1, type=click.Choice(NAMES))
 @click.option(
-    "--out-dir",
+    "--out",
+    "out_dir",
     type=click.Path(file_okay=False),
     default=str(COMPILED_DIR),
     show_default=True,

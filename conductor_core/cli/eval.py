@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from conductor_core.cli._common import conductor_options
+from conductor_core.cli.options import FORMAT_JSON, RenamedOptionsCommand
 from conductor_core.evaluate.config import EVALUATION_EXPERIMENTS
 from conductor_core.evaluate.specs import baseline_forms, baseline_help
 
@@ -336,7 +337,7 @@ def fit_router_cmd(
     click.echo(f"evaluate it with: conductor eval run --baselines {kind}:{folder} ...")
 
 
-@command.command("compare")
+@command.command("compare", cls=RenamedOptionsCommand, renamed=[FORMAT_JSON])
 @click.option(
     "--experiment",
     default=None,
@@ -357,13 +358,11 @@ def fit_router_cmd(
 @click.option(
     "--tracking-uri", default=None, help="Tracking URI (default: $MLFLOW_TRACKING_URI, else local)."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
 @click.option(
     "--max-runs", default=200, show_default=True, type=click.IntRange(1), help="Newest runs read."
 )
-def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs) -> None:
+def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, as_json, max_runs) -> None:
     """Compare evaluated methods side by side: one row per method run read back from MLflow,
     with accuracy per benchmark and overall, cost and calls per question. Without a run, the
     newest evaluations, whether run on their own or by a pipeline."""
@@ -390,7 +389,7 @@ def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, fmt, max_runs)
         else:
             where = "experiments " + " and ".join(f"'{e}'" for e in EVALUATION_EXPERIMENTS)
         raise click.ClickException(f"no method runs found for {where} in MLflow")
-    if fmt == "json":
+    if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
     from rich.console import Console

@@ -11,10 +11,15 @@ from typing import Any
 
 import click
 
+from conductor_core.cli.options import OUTPUT_DIR, RenamedOptionsCommand
 from conductor_core.train.config import PROFILES
 
 
-@click.command(help="Train the Conductor with GRPO (one stage) from a YAML config.")
+@click.command(
+    cls=RenamedOptionsCommand,
+    renamed=[OUTPUT_DIR],
+    help="Train the Conductor with GRPO (one stage) from a YAML config.",
+)
 @click.option(
     "--stage",
     type=click.Choice(["base", "adaptive", "recursive"]),
@@ -36,7 +41,9 @@ from conductor_core.train.config import PROFILES
     "model, CPU, minutes), 'small' (SmolLM2-135M-Instruct, the paper's mechanism, CPU) or "
     "'paper' (GPU, 7B).",
 )
-@click.option("--output-dir", default=None, help="Override output_dir.")
+@click.option(
+    "--out", "output_dir", default=None, help="Folder of the stage's outputs (overrides output_dir)"
+)
 @click.option("--steps", type=click.IntRange(1), default=None, help="Override steps.")
 @click.option("--init-from", default=None, help="Override init_from (a model directory).")
 @click.option(
@@ -56,16 +63,18 @@ def command(
     print_config: bool,
 ) -> None:
     """Resolve the config, run the stage, print a summary."""
+    from conductor_core.api import train_config  # what the Python API's train() resolves
     from conductor_core.configfiles import parse_sets
-    from conductor_core.train import bundled_config_path
-    from conductor_core.train.config import load_config
 
-    overrides = parse_sets(sets)
-    for key, value in (("output_dir", output_dir), ("steps", steps), ("init_from", init_from)):
-        if value is not None:
-            overrides[key] = value
-    path = config_path or bundled_config_path(stage or "base")
-    config = load_config(path, stage=stage, profile=profile, overrides=overrides)
+    config = train_config(
+        stage,
+        config=config_path,
+        profile=profile,
+        steps=steps,
+        output_dir=output_dir,
+        init_from=init_from,
+        overrides=parse_sets(sets),
+    )
     if print_config:
         click.echo(config.to_yaml(), nl=False)
         return

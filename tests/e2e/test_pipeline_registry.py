@@ -92,7 +92,7 @@ def test_the_rehearsal_pulls_the_tasks_image_from_the_registry_by_digest(pushed,
     entry = record["images"]["base"]
     compiled = tmp_path / "compiled"
     done = _conductor(
-        ["pipeline", "compile", "curation", "--out-dir", str(compiled), "--images",
+        ["pipeline", "compile", "curation", "--out", str(compiled), "--images",
          str(state / images.PUSH_RECORD)],
         tmp_path,
     )  # fmt: skip
@@ -128,7 +128,7 @@ def test_the_rehearsal_pulls_the_tasks_image_from_the_registry_by_digest(pushed,
 def test_an_image_of_another_registry_is_not_pulled_unless_asked(pushed, tmp_path):
     compiled = tmp_path / "compiled"
     done = _conductor(
-        ["pipeline", "compile", "curation", "--out-dir", str(compiled),
+        ["pipeline", "compile", "curation", "--out", str(compiled),
          "--image-registry", "registry.example.com/ml", "--image-tag", "absent"],
         tmp_path,
     )  # fmt: skip

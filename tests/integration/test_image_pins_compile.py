@@ -58,7 +58,7 @@ def test_the_compile_command_takes_a_push_record_or_a_registry_and_tag(tmp_path)
     images.record_push(record, "base", "127.0.0.1:5000", "abc123", DIGEST)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONDUCTOR_IMAGE")}
     out = subprocess.run(
-        [conductor, "pipeline", "compile", "curation", "--out-dir", str(tmp_path / "a"),
+        [conductor, "pipeline", "compile", "curation", "--out", str(tmp_path / "a"),
          "--images", str(record)],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
@@ -69,7 +69,7 @@ def test_the_compile_command_takes_a_push_record_or_a_registry_and_tag(tmp_path)
     }
     assert {p["imagePullPolicy"] for p in pods.values()} == {"IfNotPresent"}
     subprocess.run(
-        [conductor, "pipeline", "compile", "curation", "--out-dir", str(tmp_path / "b")],
+        [conductor, "pipeline", "compile", "curation", "--out", str(tmp_path / "b")],
         capture_output=True, text=True, check=True,
         env={**env, "CONDUCTOR_IMAGE_REGISTRY": "registry.example.com/ml",
              "CONDUCTOR_IMAGE_TAG": "v2"},
@@ -80,7 +80,7 @@ def test_the_compile_command_takes_a_push_record_or_a_registry_and_tag(tmp_path)
     }
     assert {p["imagePullPolicy"] for p in pods.values()} == {"Always"}
     bad = subprocess.run(
-        [conductor, "pipeline", "compile", "curation", "--out-dir", str(tmp_path / "c"),
+        [conductor, "pipeline", "compile", "curation", "--out", str(tmp_path / "c"),
          "--image-tag", "-bad"],
         capture_output=True, text=True, env=env,
     )  # fmt: skip

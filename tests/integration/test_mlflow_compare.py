@@ -242,7 +242,7 @@ def test_eval_compare_prints_the_method_runs(env, shard):
     assert len(rows) == len(METHODS)
 
     for args in (["--parent-run", parent], ["--parent-run", logged.run_id]):
-        out = runner.invoke(cli, ["eval", "compare", *args, "--format", "json"])
+        out = runner.invoke(cli, ["eval", "compare", *args, "--json"])
         assert out.exit_code == 0, out.output
         got = {row["method"]: row for row in json.loads(out.output)}
         assert set(got) == set(METHODS)
@@ -371,7 +371,7 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
     runner = CliRunner()
 
     def methods(*argv: str) -> dict[str, dict]:
-        out = runner.invoke(cli, [*argv, "--format", "json"])
+        out = runner.invoke(cli, [*argv, "--json"])
         assert out.exit_code == 0, out.output
         return {row["method"]: row for row in json.loads(out.output)}
 
