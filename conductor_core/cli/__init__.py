@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "eval": ("conductor_core.cli.eval", "Evaluate on benchmarks with baselines; reports."),
     "curate": ("conductor_core.cli.curate", "Curate a training dataset (gated by expectations)."),
+    "completion": ("conductor_core.cli.completion", "Print the shell completion script."),
 }
 
 
