@@ -1,4 +1,4 @@
-"""``conductor pipeline``: compile, run locally, or submit the Kubeflow pipelines.
+"""``conductor pipeline``: compile, run locally, submit or schedule the Kubeflow pipelines.
 
 It joins the ``conductor`` command through the ``conductor.commands`` entry point, so the library
 (``conductor_core``) never imports the pipelines and installs without KFP.
@@ -235,7 +235,14 @@ def close_stale_cmd(host, token_env, namespace) -> None:
     help="With --docker: pull the images the engine lacks from their registry (without it, only "
     "images of a registry on 127.0.0.1/localhost are pulled; others must be built here).",
 )
-def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull) -> None:
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="KFP's local task cache off: no task is answered from a cached output, not even one "
+    "of this run's own; the run then cannot be resumed (a run never reuses another run's "
+    "outputs either way).",
+)
+def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull, no_cache) -> None:
     """Run a pipeline end to end on this machine and print its summary (a cluster run is
     `submit`)."""
     from pipelines.local import run_local
@@ -245,6 +252,11 @@ def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull) ->
         raise click.UsageError("give exactly one of --local and --docker")
     if (compiled or pull) and not docker:
         raise click.UsageError("--compiled and --pull go with --docker")
+    if no_cache and resume is not None:
+        raise click.UsageError(
+            "--no-cache and --resume do not go together: a resumed run reuses its finished "
+            "tasks from the cache"
+        )
     params = _parse_sets(sets)
     where = "in containers" if docker else "locally"
     click.echo(f"running pipeline {name} {where} under {Path(root).resolve()}", err=True)
@@ -259,6 +271,7 @@ def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull) ->
             resume=resumed,
             compiled=Path(compiled) if compiled else None,
             pull=pull,
+            caching=not no_cache,
         )
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -271,44 +284,63 @@ def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull) ->
         sys.exit(1)
 
 
+def _kfp_options(func):
+    """The options of ``submit`` and ``schedule``: where, what and how to upload."""
+    options = [
+        click.option("--host", required=True, help="Kubeflow Pipelines API endpoint URL."),
+        click.option(
+            "--package",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Compiled YAML (default: pipelines/compiled/<name>.yaml).",
+        ),
+        click.option("--version", "version_name", default=None, help="Pipeline version name."),
+        click.option(
+            "--experiment", default="conductor", show_default=True, help="KFP experiment."
+        ),
+        click.option("--namespace", default=None, help="Kubeflow namespace (multi-user installs)."),
+        click.option(
+            "--token-env",
+            default=None,
+            help="NAME of the environment variable holding a bearer token for the endpoint.",
+        ),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A run parameter."),
+        click.option(
+            "--service-account",
+            default=None,
+            metavar="NAME",
+            help="Kubernetes service account the run's pods use (default: KFP's, pipeline-runner "
+            "standalone or default-editor multi-user); it needs the conductor-training-rbac "
+            "chart's permissions to launch TrainJobs.",
+        ),
+        click.option(
+            "--no-cache",
+            is_flag=True,
+            help="Turn KFP's execution cache off for every task: no task is answered from an "
+            "earlier run's outputs (the version uploaded has caching off).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @command.command("submit")
 @click.argument("name", type=click.Choice(NAMES))
-@click.option("--host", required=True, help="Kubeflow Pipelines API endpoint URL.")
-@click.option(
-    "--package",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Compiled YAML (default: pipelines/compiled/<name>.yaml).",
-)
-@click.option("--version", "version_name", default=None, help="Pipeline version name.")
-@click.option("--experiment", default="conductor", show_default=True, help="KFP experiment.")
+@_kfp_options
 @click.option("--run-name", default=None, help="Run name (default: the pipeline and a time).")
-@click.option("--namespace", default=None, help="Kubeflow namespace (multi-user installs).")
-@click.option(
-    "--token-env",
-    default=None,
-    help="NAME of the environment variable holding a bearer token for the endpoint.",
-)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A run parameter.")
-@click.option(
-    "--service-account",
-    default=None,
-    metavar="NAME",
-    help="Kubernetes service account the run's pods use (default: KFP's, pipeline-runner "
-    "standalone or default-editor multi-user); it needs the conductor-training-rbac chart's "
-    "permissions to launch TrainJobs.",
-)
 def submit_cmd(
     name,
     host,
     package,
     version_name,
     experiment,
-    run_name,
     namespace,
     token_env,
     sets,
     service_account,
+    no_cache,
+    run_name,
 ) -> None:
     """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.17 or
     newer: an older server is refused, one that reports no version gets a warning)."""
@@ -326,5 +358,96 @@ def submit_cmd(
         namespace=namespace,
         existing_token=token,
         service_account=service_account,
+        caching=not no_cache,
+    )
+    click.echo(json.dumps(result.to_dict(), indent=2))
+
+
+@command.command("schedule")
+@click.argument("name", type=click.Choice(NAMES))
+@_kfp_options
+@click.option(
+    "--cron",
+    default=None,
+    metavar="EXPR",
+    help="When to run: standard cron, 5 fields ('0 2 * * *': 02:00 every day, the cluster's "
+    "time), KFP's 6 fields (seconds first) or a descriptor (@daily, @every 12h).",
+)
+@click.option(
+    "--every",
+    "every",
+    default=None,
+    metavar="INTERVAL",
+    help="Or run at an interval: seconds, or a number with s, m, h or d (6h).",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(1, 10),
+    default=1,
+    show_default=True,
+    help="Runs of the schedule at once; a run that falls due while they go waits.",
+)
+@click.option(
+    "--catchup/--no-catchup",
+    default=False,
+    show_default=True,
+    help="Start the runs missed while the schedule was paused, one per missed time (default: "
+    "only the latest).",
+)
+@click.option("--start", "start_time", default=None, help="Start, ISO 8601 (UTC without a zone).")
+@click.option("--end", "end_time", default=None, help="End, ISO 8601 (default: never).")
+@click.option("--disabled", is_flag=True, help="Create it paused (enable it in the KFP UI).")
+@click.option(
+    "--name",
+    "schedule_name",
+    default=None,
+    help="The recurring run's name (default: the pipeline and its schedule).",
+)
+def schedule_cmd(
+    name,
+    host,
+    package,
+    version_name,
+    experiment,
+    namespace,
+    token_env,
+    sets,
+    service_account,
+    no_cache,
+    cron,
+    every,
+    max_concurrency,
+    catchup,
+    start_time,
+    end_time,
+    disabled,
+    schedule_name,
+) -> None:
+    """Upload a pipeline version and create a recurring run of it on a Kubeflow Pipelines
+    endpoint: on a cron schedule (--cron) or at an interval (--every)."""
+    from pipelines.submit import schedule
+
+    if (cron is None) == (every is None):
+        raise click.UsageError("give --cron or --every (one of the two)")
+    token = _token(token_env)
+    result = schedule(
+        package or COMPILED_DIR / f"{name}.yaml",
+        host=host,
+        pipeline_name=f"conductor-{name}",
+        cron=cron,
+        interval_s=every,
+        max_concurrency=max_concurrency,
+        catchup=catchup,
+        start_time=start_time,
+        end_time=end_time,
+        enabled=not disabled,
+        name=schedule_name,
+        version_name=version_name,
+        experiment=experiment,
+        params=_parse_sets(sets),
+        namespace=namespace,
+        existing_token=token,
+        service_account=service_account,
+        caching=not no_cache,
     )
     click.echo(json.dumps(result.to_dict(), indent=2))

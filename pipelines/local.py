@@ -296,6 +296,7 @@ def run_local(
     resume: str | bool = False,
     compiled: Path | None = None,
     pull: bool = False,
+    caching: bool = True,
 ) -> LocalRun:
     """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
 
@@ -309,6 +310,8 @@ def run_local(
     KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`pipelines.containers`): the
     committed ``pipelines/compiled/<name>.yaml`` or ``compiled``; images the engine lacks are
     pulled only from a loopback registry, or from any with ``pull``.
+    Without ``caching`` (``--no-cache``) KFP's local task cache is off: no task is answered
+    from a cached output, nothing is kept for a resume, and the run cannot be resumed.
     ``echo`` receives one line as each task starts and ends (default: stderr). With ``verbose``
     the tasks' logs also go to stdout; they always go to ``root/logs/<run>.log``. A failed task
     ends the run; the result then has ``ok`` False and the error, and the log keeps the task's
@@ -338,18 +341,21 @@ def run_local(
             "(MLFLOW_TRACKING_URI and an S3 endpoint, as on a cluster): a run that started its "
             "own on loopback lost its S3 when it ended"
         )
+    if resume and not caching:
+        raise ConfigError("a resumed run reuses its finished tasks from the cache: no --no-cache")
     if resume:
         record = find_record(root, name, resume if isinstance(resume, str) else None)
         check_backend(record, backend_name, services)
         params = resumed_params(record, params or {})
         say(f"resuming {name} run {record.run_id} (started {record.started})")
     else:
-        record = new_record(root, name, params or {}, backend_name, services)
-        how = (
-            "the same command with --resume"
-            if resumable
-            else "it starts afresh: its own loopback S3 ends with it"
-        )
+        record = new_record(root, name, params or {}, backend_name, services, caching=caching)
+        if not caching:
+            how = "it starts afresh: --no-cache keeps no finished task to reuse"
+        elif resumable:
+            how = "the same command with --resume"
+        else:
+            how = "it starts afresh: its own loopback S3 ends with it"
         say(f"{name} run {record.run_id} (if it is killed: {how})")
     kfp_root = root / "kfp"
     logs = root / "logs"
@@ -406,7 +412,7 @@ def run_local(
             pipeline_root=str(kfp_root),
             workspace_root=str(workspace),
             raise_on_error=True,
-            enable_caching=True,
+            enable_caching=caching,
             cache_root=str(record.cache_root(root)),
         )
         watcher = _TaskWatcher(log, on_event)

@@ -51,6 +51,8 @@ class RunRecord:
     """``local`` (tasks in this Python) or ``docker`` (the compiled pipeline in containers)."""
     services: dict[str, str] = field(default_factory=dict)
     """A ``docker`` run's MLflow and S3 endpoints (where its finished tasks' outputs are)."""
+    caching: bool = True
+    """False: the run had KFP's task cache off (``--no-cache``), so nothing of it can be reused."""
 
     def cache_root(self, root: Path) -> Path:
         """This run's task cache under ``root``."""
@@ -68,9 +70,12 @@ def new_record(
     params: Mapping[str, Any],
     backend: str = "local",
     services: Mapping[str, str] | None = None,
+    *,
+    caching: bool = True,
 ) -> RunRecord:
     """Draw a run id for a new run of ``pipeline`` on ``backend`` (with ``services``, a docker
-    run's endpoints) and write its record under ``root``."""
+    run's endpoints; ``caching`` False: run with the task cache off) and write its record under
+    ``root``."""
     record = RunRecord(
         pipeline=pipeline,
         run_id=f"local-{secrets.token_hex(6)}",
@@ -78,6 +83,7 @@ def new_record(
         started=datetime.now(UTC).isoformat(),  # sortable, to the microsecond
         backend=backend,
         services=dict(services or {}),
+        caching=caching,
     )
     folder = root / RECORDS
     folder.mkdir(parents=True, exist_ok=True)
@@ -111,7 +117,13 @@ def check_backend(
     record: RunRecord, backend: str, services: Mapping[str, str] | None = None
 ) -> None:
     """Raise :class:`ConfigError` unless the run is resumed on the backend it ran on, with the
-    same MLflow and S3 (its finished tasks' outputs are there)."""
+    same MLflow and S3 (its finished tasks' outputs are there), and kept them (it did not run
+    with ``--no-cache``)."""
+    if not record.caching:
+        raise ConfigError(
+            f"--resume {record.run_id}: that run ran with --no-cache, so none of its tasks was "
+            "kept to reuse; start it afresh"
+        )
     if record.backend != backend:
         raise ConfigError(
             f"--resume {record.run_id}: that run ran with --{record.backend}; resume it with "

@@ -20,6 +20,16 @@ absent: ``pipeline-runner`` in standalone KFP, ``default-editor`` in a multi-use
 must have the TrainJob permissions of ``charts/conductor-training-rbac`` when training launches
 TrainJobs.
 
+:func:`schedule` uploads the same way and creates a **recurring run** of that version instead
+(``kfp.Client.create_recurring_run``): a cron schedule (:func:`pipelines.cron.kfp_cron`) or an
+interval, at most ``max_concurrency`` runs at once, no backfill of missed runs unless asked.
+
+``caching=False`` (``--no-cache``) turns KFP's execution cache off for every task: the version
+uploaded is the package with each task's ``cachingOptions.enableCache`` false (what
+``kfp.Client``'s ``enable_caching=False`` does to a package it submits inline, applied to the
+tasks of every DAG); ``enable_caching`` itself only affects a run submitted with its package, not
+a run of an uploaded version, which is what is started here.
+
 Every failure a user can cause (unreachable host, rejected credentials, a server too old, a
 rejected upload, a taken version name, unknown run parameters) raises :class:`SubmitError` with
 one line that says what failed and how to fix it. The bearer token is only handed to
@@ -84,6 +94,42 @@ class SubmitResult:
     """The KFP backend's version as its healthz reported it; empty when it reported none."""
     service_account: str = ""
     """The service account the run was started with; empty = KFP's default."""
+    caching: bool = True
+    """False: the version uploaded has KFP's execution cache off for every task."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """What :func:`schedule` created on the Kubeflow Pipelines endpoint."""
+
+    host: str
+    pipeline_id: str
+    pipeline_name: str
+    version_id: str
+    version_name: str
+    experiment_id: str
+    experiment: str
+    recurring_run_id: str
+    recurring_run_name: str
+    recurring_run_url: str
+    cron: str
+    """The cron KFP was given (seconds first), or empty for an interval."""
+    interval_s: int
+    """Seconds between runs, or 0 for a cron schedule."""
+    max_concurrency: int
+    catchup: bool
+    enabled: bool
+    start_time: str
+    end_time: str
+    created_pipeline: bool
+    package_sha256: str
+    server_version: str = ""
+    service_account: str = ""
+    caching: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -109,6 +155,7 @@ def submit(
     namespace: str | None = None,
     existing_token: str | None = None,
     service_account: str | None = None,
+    caching: bool = True,
 ) -> SubmitResult:
     """Upload ``package_path`` to the KFP endpoint ``host`` and start a run of that version.
 
@@ -129,6 +176,8 @@ def submit(
         service_account: The Kubernetes service account the run's pods use (in the run's
             namespace); ``None`` = KFP's default (``pipeline-runner`` standalone,
             ``default-editor`` multi-user).
+        caching: False: KFP's execution cache is off for every task of the run (the version
+            uploaded says so, see the module doc).
 
     Returns:
         The pipeline, version, experiment and run ids, and the run's URL in the KFP UI.
@@ -138,11 +187,272 @@ def submit(
             server is older than :data:`~conductor_core.cluster.versions.KFP_BACKEND`.
         MissingDependencyError: ``kfp`` is not installed (the ``pipelines`` extra).
     """
+    with _package(package_path, caching) as (path, digest):
+        up = _upload(
+            path,
+            digest,
+            host=host,
+            pipeline_name=pipeline_name,
+            version_name=version_name,
+            experiment=experiment,
+            namespace=namespace,
+            existing_token=existing_token,
+            service_account=service_account,
+            caching=caching,
+        )
+    run_name = run_name or f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}"
+    run = up.session.call(
+        f"starting run {run_name!r}",
+        up.client.run_pipeline,
+        experiment_id=up.experiment_id,
+        job_name=run_name,
+        params=dict(params or {}),
+        pipeline_id=up.pipeline_id,
+        version_id=up.version_id,
+        service_account=service_account or None,
+    )
+    result = SubmitResult(
+        host=up.host,
+        pipeline_id=up.pipeline_id,
+        pipeline_name=pipeline_name,
+        version_id=up.version_id,
+        version_name=up.version_name,
+        experiment_id=up.experiment_id,
+        experiment=experiment,
+        run_id=run.run_id,
+        run_name=run_name,
+        run_url=f"{up.ui}/#/runs/details/{run.run_id}",
+        created_pipeline=up.created,
+        package_sha256=digest,
+        server_version=up.server_version,
+        service_account=service_account or "",
+        caching=caching,
+    )
+    log.info(
+        "submitted %s version %s: run %s (%s)",
+        pipeline_name,
+        result.version_name,
+        result.run_id,
+        result.run_url,
+    )
+    return result
+
+
+MAX_CONCURRENCY = (1, 10)
+"""The bounds KFP's API server puts on a recurring run's ``max_concurrency``."""
+
+
+def schedule(
+    package_path: str | Path,
+    *,
+    host: str,
+    pipeline_name: str,
+    cron: str | None = None,
+    interval_s: int | str | None = None,
+    max_concurrency: int = 1,
+    catchup: bool = False,
+    start_time: datetime | str | None = None,
+    end_time: datetime | str | None = None,
+    enabled: bool = True,
+    name: str | None = None,
+    version_name: str | None = None,
+    experiment: str = "conductor",
+    params: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    existing_token: str | None = None,
+    service_account: str | None = None,
+    caching: bool = True,
+) -> ScheduleResult:
+    """Upload ``package_path`` as :func:`submit` does and create a recurring run of that version.
+
+    Args:
+        cron: When to run: standard five-field cron (``0 2 * * *``: 02:00 every day), KFP's
+            six-field form (seconds first) or a descriptor (``@daily``); see
+            :func:`pipelines.cron.kfp_cron`. Times are the cluster's (UTC on most).
+        interval_s: Or every so many seconds (``3600``, or ``"6h"``); exactly one of the two.
+        max_concurrency: Runs of this schedule at once (KFP allows 1 to 10); a run due while
+            that many are going waits.
+        catchup: Whether runs missed while the schedule was paused (or before a ``start_time``
+            in the past) are started afterwards, one per missed time (KFP's ``no_catchup``
+            inverted); default: only the latest.
+        start_time, end_time: When the schedule starts and ends (a ``datetime``, or ISO 8601;
+            without a zone, UTC); default: from now, for ever.
+        enabled: False: created paused (enable it in the KFP UI).
+        name: The recurring run's name; default ``"<pipeline_name> <schedule>"``.
+        The other arguments are :func:`submit`'s.
+
+    Returns:
+        The pipeline, version and experiment, the recurring run's id and its URL in the KFP UI.
+
+    Raises:
+        SubmitError: as :func:`submit`; a schedule or bound KFP would refuse is refused before
+            anything is uploaded.
+    """
+    from pipelines.cron import interval_seconds, kfp_cron
+
+    try:
+        if (cron is None) == (interval_s is None):
+            raise ConductorError("give a cron schedule or an interval, exactly one of the two")
+        kfp_schedule = kfp_cron(cron) if cron is not None else ""
+        seconds = interval_seconds(interval_s) if interval_s is not None else 0
+        low, high = MAX_CONCURRENCY
+        if not low <= int(max_concurrency) <= high:
+            raise ConductorError(
+                f"max concurrency {max_concurrency}: Kubeflow Pipelines allows {low} to {high}"
+            )
+        start, end = _timestamp(start_time, "start"), _timestamp(end_time, "end")
+        if start and end and end <= start:
+            raise ConductorError(f"the end ({end}) is not after the start ({start})")
+    except ConductorError as exc:
+        raise SubmitError(f"scheduling {pipeline_name!r}: {exc}") from None
+    what = f"cron {kfp_schedule}" if kfp_schedule else f"every {seconds} s"
+    with _package(package_path, caching) as (path, digest):
+        up = _upload(
+            path,
+            digest,
+            host=host,
+            pipeline_name=pipeline_name,
+            version_name=version_name,
+            experiment=experiment,
+            namespace=namespace,
+            existing_token=existing_token,
+            service_account=service_account,
+            caching=caching,
+        )
+    name = name or f"{pipeline_name} {what}"
+    recurring = up.session.call(
+        f"creating recurring run {name!r}",
+        up.client.create_recurring_run,
+        experiment_id=up.experiment_id,
+        job_name=name,
+        description=f"conductor-core {__version__}: {what}",
+        start_time=start or None,
+        end_time=end or None,
+        interval_second=seconds or None,
+        cron_expression=kfp_schedule or None,
+        max_concurrency=int(max_concurrency),
+        no_catchup=not catchup,
+        params=dict(params or {}),
+        pipeline_id=up.pipeline_id,
+        version_id=up.version_id,
+        enabled=enabled,
+        service_account=service_account or None,
+    )
+    result = ScheduleResult(
+        host=up.host,
+        pipeline_id=up.pipeline_id,
+        pipeline_name=pipeline_name,
+        version_id=up.version_id,
+        version_name=up.version_name,
+        experiment_id=up.experiment_id,
+        experiment=experiment,
+        recurring_run_id=recurring.recurring_run_id,
+        recurring_run_name=name,
+        recurring_run_url=f"{up.ui}/#/recurringrun/details/{recurring.recurring_run_id}",
+        cron=kfp_schedule,
+        interval_s=seconds,
+        max_concurrency=int(max_concurrency),
+        catchup=catchup,
+        enabled=enabled,
+        start_time=start,
+        end_time=end,
+        created_pipeline=up.created,
+        package_sha256=digest,
+        server_version=up.server_version,
+        service_account=service_account or "",
+        caching=caching,
+    )
+    log.info("scheduled %s version %s: %s (%s)", pipeline_name, up.version_name, what, name)
+    return result
+
+
+def _timestamp(value: datetime | str | None, what: str) -> str:
+    """RFC 3339 in UTC (what KFP's API takes), from a datetime or ISO 8601 text (no zone: UTC)."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ConductorError(
+                f"{what} time {value!r} is not ISO 8601 (e.g. 2026-01-31T02:00:00Z)"
+            ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Uploaded:
+    """A pipeline version uploaded and the experiment to file runs under."""
+
+    client: Any
+    session: _Session
+    host: str
+    ui: str
+    pipeline_id: str
+    version_id: str
+    version_name: str
+    experiment_id: str
+    created: bool
+    server_version: str
+
+
+@contextlib.contextmanager
+def _package(package_path: str | Path, caching: bool):
+    """``(path, sha256)`` of the package to upload: ``package_path`` itself, or without
+    ``caching`` a copy (same file name, in a temporary folder) with the cache off for every
+    task."""
     path = Path(package_path)
     if not path.is_file():
         raise SubmitError(
             f"pipeline package not found: {path}; compile it first (conductor pipeline compile)"
         )
+    if caching:
+        yield path, hashlib.sha256(path.read_bytes()).hexdigest()
+        return
+    import tempfile
+
+    data = without_caching(path.read_text(encoding="utf-8")).encode("utf-8")
+    with tempfile.TemporaryDirectory(prefix="conductor-nocache-") as folder:
+        copy = Path(folder) / path.name
+        copy.write_bytes(data)
+        yield copy, hashlib.sha256(data).hexdigest()
+
+
+def without_caching(package: str) -> str:
+    """The compiled pipeline ``package`` (YAML) with KFP's execution cache off for every task of
+    every DAG (``cachingOptions.enableCache: false``; a task's cache key is kept). The other
+    documents (the Kubernetes platform spec) are kept as they are."""
+    import yaml
+
+    docs = list(yaml.safe_load_all(package))
+    spec = docs[0] if docs else None
+    if not isinstance(spec, dict) or "root" not in spec:
+        raise SubmitError("--no-cache: the package is not a KFP pipeline spec (no root)")
+    dags = [spec["root"].get("dag") or {}]
+    dags += [c.get("dag") or {} for c in (spec.get("components") or {}).values()]
+    for dag in dags:
+        for task in (dag.get("tasks") or {}).values():
+            task["cachingOptions"] = {**(task.get("cachingOptions") or {}), "enableCache": False}
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _upload(
+    path: Path,
+    digest: str,
+    *,
+    host: str,
+    pipeline_name: str,
+    version_name: str | None,
+    experiment: str,
+    namespace: str | None,
+    existing_token: str | None,
+    service_account: str | None,
+    caching: bool,
+) -> _Uploaded:
+    """Check the server, upload the pipeline (or a version of it) and get or create the
+    experiment: what :func:`submit` and :func:`schedule` do before they start anything."""
     if not pipeline_name or not pipeline_name.strip():
         raise SubmitError("pipeline_name is empty; give the pipeline a name")
     if service_account is not None and not (
@@ -152,7 +462,6 @@ def submit(
             f"service account {service_account!r} is not a valid Kubernetes name (lowercase "
             "letters, digits, '-' and '.')"
         )
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
     host = _normalise_host(host)
     scrub = _Scrubber(existing_token)
     server_version = _check_server_version(host, _probe(host, existing_token, scrub))
@@ -166,7 +475,9 @@ def submit(
         )
     session = _Session(client, host, scrub)
 
-    description = f"conductor-core {__version__}; package sha256 {digest}"
+    description = f"conductor-core {__version__}; package sha256 {digest}" + (
+        "" if caching else "; execution cache off (--no-cache)"
+    )
     pipeline_id = session.find_pipeline(pipeline_name, namespace)
     created = False
     if pipeline_id is None:
@@ -210,42 +521,18 @@ def submit(
         name=experiment,
         namespace=namespace,
     )
-    run_name = run_name or f"{pipeline_name} {datetime.now(UTC):%Y-%m-%d %H:%M:%S}"
-    run = session.call(
-        f"starting run {run_name!r}",
-        client.run_pipeline,
-        experiment_id=exp.experiment_id,
-        job_name=run_name,
-        params=dict(params or {}),
-        pipeline_id=pipeline_id,
-        version_id=version.pipeline_version_id,
-        service_account=service_account or None,
-    )
-    ui = _normalise_host(os.environ.get("KF_PIPELINES_UI_ENDPOINT") or host)
-    result = SubmitResult(
+    return _Uploaded(
+        client=client,
+        session=session,
         host=host,
+        ui=_normalise_host(os.environ.get("KF_PIPELINES_UI_ENDPOINT") or host),
         pipeline_id=pipeline_id,
-        pipeline_name=pipeline_name,
         version_id=version.pipeline_version_id,
         version_name=version.display_name or version.name or "",
         experiment_id=exp.experiment_id,
-        experiment=experiment,
-        run_id=run.run_id,
-        run_name=run_name,
-        run_url=f"{ui}/#/runs/details/{run.run_id}",
-        created_pipeline=created,
-        package_sha256=digest,
+        created=created,
         server_version=server_version,
-        service_account=service_account or "",
     )
-    log.info(
-        "submitted %s version %s: run %s (%s)",
-        pipeline_name,
-        result.version_name,
-        result.run_id,
-        result.run_url,
-    )
-    return result
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -22,7 +22,15 @@ the official client against this loopback server instead. It speaks the real pro
 * ``POST /apis/v2beta1/experiments`` (409 for a taken name) and ``GET /apis/v2beta1/experiments``;
 * ``POST /apis/v2beta1/runs`` (checks the experiment, the pipeline version reference and that every
   run parameter is an input of the pipeline, as the real server does; the run keeps the body's
-  ``service_account``) and ``GET /apis/v2beta1/runs/{id}``.
+  ``service_account``) and ``GET /apis/v2beta1/runs/{id}``;
+* ``POST /apis/v2beta1/recurringruns`` and ``GET /apis/v2beta1/recurringruns/{id}``: a recurring
+  run is checked as the API server's ``toModelJob`` (``backend/src/apiserver/server/
+  api_converter.go``) checks it: a name, ``max_concurrency`` from 1 to 10, an interval of at
+  least one second, a cron that ``github.com/robfig/cron`` v1's ``cron.Parse`` accepts (six
+  fields, seconds first, the day of the week optional, or a descriptor: :func:`robfig_cron_parse`),
+  and the experiment, version reference and parameters as for a run. Its answer has protojson's
+  shapes (``max_concurrency`` as a string, ``mode`` ``ENABLE``/``DISABLE``, ``status``
+  ``ENABLED``/``DISABLED``); nothing is ever scheduled.
 
 Errors have the real shapes: ``{"error_message", "error_details"}`` from the upload handlers,
 ``{"error", "code", "message", "details"}`` (a ``google.rpc.Status``) from the others. Uploaded
@@ -177,6 +185,7 @@ class KfpStandIn:
         self.version_specs: dict[str, bytes] = {}
         self.experiments: dict[str, dict[str, Any]] = {}
         self.runs: dict[str, dict[str, Any]] = {}
+        self.recurring_runs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -312,6 +321,13 @@ class KfpStandIn:
             if run is None:
                 raise _HttpError(404, f"Run {match.group(1)} not found")
             return 200, run
+        if m == "POST" and p == f"{API}/recurringruns":
+            return 200, self._create_recurring_run(req.json())
+        if m == "GET" and (match := re.fullmatch(rf"{API}/recurringruns/([^/]+)", p)):
+            found = self.recurring_runs.get(match.group(1))
+            if found is None:
+                raise _HttpError(404, f"Recurring run {match.group(1)} not found")
+            return 200, found
         raise _HttpError(404, f"stand-in: {m} {p} is not implemented")
 
     # -- resources ---------------------------------------------------------------------------
@@ -451,7 +467,9 @@ class KfpStandIn:
         ]
         return {"experiments": found, "total_size": len(found)} if found else {}
 
-    def _create_run(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _version_of(self, body: dict[str, Any], what: str) -> dict[str, Any] | None:
+        """The version a run or recurring run refers to, after the checks the server makes of
+        its experiment, its reference and its parameters."""
         experiment_id = body.get("experiment_id")
         if experiment_id and experiment_id not in self.experiments:
             raise _HttpError(404, f"Experiment {experiment_id} not found")
@@ -461,7 +479,7 @@ class KfpStandIn:
             raise _HttpError(404, f"Pipeline version {ref.get('pipeline_version_id')} not found")
         spec = version["pipeline_spec"] if version else body.get("pipeline_spec")
         if not spec:
-            raise _HttpError(400, "Invalid input error: a run needs a pipeline version or spec")
+            raise _HttpError(400, f"Invalid input error: a {what} needs a pipeline version or spec")
         inputs = (
             spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
             if isinstance(spec, dict)
@@ -472,9 +490,62 @@ class KfpStandIn:
             if name not in inputs:
                 raise _HttpError(
                     400,
-                    "Failed to create a new run: Invalid input error: "
+                    f"Failed to create a new {what}: Invalid input error: "
                     f"Unrecognized input parameter: {name}",
                 )
+        return version
+
+    def _create_recurring_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("display_name"):
+            raise _HttpError(400, "Invalid input error: Recurring run's name cannot be empty")
+        max_concurrency = int(body.get("max_concurrency") or 0)
+        if not 1 <= max_concurrency <= 10:
+            raise _HttpError(
+                400,
+                "Invalid input error: Max concurrency of a recurring run must be at least 1 and "
+                f"at most 10. Received {max_concurrency}",
+            )
+        trigger = body.get("trigger") or {}
+        cron = (trigger.get("cron_schedule") or {}).get("cron")
+        if cron is not None:
+            error = robfig_cron_parse(cron)
+            if error:
+                raise _HttpError(
+                    400,
+                    "Invalid input error: Schedule cron is not a supported format"
+                    f"(https://godoc.org/github.com/robfig/cron). Error: {error}",
+                )
+        interval = (trigger.get("periodic_schedule") or {}).get("interval_second")
+        if interval is not None and int(interval) < 1:
+            raise _HttpError(
+                400,
+                f"Invalid input error: Found invalid period schedule interval {interval}. Set at "
+                "interval to least 1 second",
+            )
+        version = self._version_of(body, "recurring run")
+        experiment = self.experiments.get(body.get("experiment_id") or "")
+        enabled = body.get("mode") == "ENABLE"
+        recurring = {
+            **body,
+            "recurring_run_id": str(uuid.uuid4()),
+            "max_concurrency": str(max_concurrency),  # int64: a string in protojson
+            "mode": "ENABLE" if enabled else "DISABLE",
+            "status": "ENABLED" if enabled else "DISABLED",
+            "namespace": experiment["namespace"] if experiment else "",
+            "no_catchup": bool(body.get("no_catchup")),
+            "created_at": _now(),
+            "updated_at": _now(),
+        }
+        if interval is not None:
+            recurring["trigger"]["periodic_schedule"]["interval_second"] = str(interval)
+        if version is not None:
+            recurring["pipeline_version_id"] = version["pipeline_version_id"]
+        self.recurring_runs[recurring["recurring_run_id"]] = recurring
+        return recurring
+
+    def _create_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        experiment_id = body.get("experiment_id")
+        version = self._version_of(body, "run")
         run = {
             **body,
             "run_id": str(uuid.uuid4()),
@@ -488,3 +559,77 @@ class KfpStandIn:
             run["pipeline_version_id"] = version["pipeline_version_id"]
         self.runs[run["run_id"]] = run
         return run
+
+
+# -- github.com/robfig/cron v1, as KFP's API server parses a recurring run's cron ----------------
+
+_ROBFIG_DESCRIPTORS = {
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@midnight",
+    "@hourly",
+}
+_ROBFIG_FIELDS = (  # Second | Minute | Hour | Dom | Month | DowOptional
+    (0, 59, {}),
+    (0, 59, {}),
+    (0, 23, {}),
+    (1, 31, {}),
+    (
+        1,
+        12,
+        {
+            m: i + 1
+            for i, m in enumerate(
+                ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+            )
+        },
+    ),
+    (0, 6, {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}),
+)
+
+
+def robfig_cron_parse(spec: str) -> str | None:
+    """The error ``cron.Parse`` of github.com/robfig/cron v1.2 gives ``spec``, or None when it
+    parses: a descriptor (``@daily``, ``@every <Go duration>``), or 5 or 6 whitespace-separated
+    fields, seconds first, the day of the week optional (5 fields: second minute hour
+    day-of-month month). A field is a comma list of ``*``, ``?``, ``N``, ``N-M``, each with an
+    optional ``/step``; months and days of the week may be named."""
+    if not spec:
+        return "Empty spec string"
+    if spec.startswith("@"):
+        if spec in _ROBFIG_DESCRIPTORS:
+            return None
+        if spec.startswith("@every "):
+            if re.fullmatch(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+", spec[len("@every ") :]):
+                return None
+            return f"Failed to parse duration {spec}"
+        return f"Unrecognized descriptor: {spec}"
+    fields = spec.split()
+    if not 5 <= len(fields) <= 6:
+        return f"Expected 5 to 6 fields, found {len(fields)}: {spec}"
+    for entry, (low, high, names) in zip(fields, _ROBFIG_FIELDS, strict=False):
+        for part in entry.split(","):
+            span, slash, step = part.partition("/")
+            if slash and (not step.isdigit() or int(step) == 0):
+                return f"Failed to parse int from {step}"
+            if span in ("*", "?"):
+                continue
+            bounds = span.split("-")
+            if len(bounds) > 2:
+                return f"Too many hyphens: {part}"
+            values = []
+            for text in bounds:
+                value = names.get(text.lower(), int(text) if text.isdigit() else None)
+                if value is None:
+                    return f"Failed to parse int from {text}"
+                values.append(value)
+            if values[0] < low:
+                return f"Beginning of range ({values[0]}) below minimum ({low}): {entry}"
+            if values[-1] > high:
+                return f"End of range ({values[-1]}) above maximum ({high}): {entry}"
+            if values[0] > values[-1]:
+                return f"Beginning of range ({values[0]}) beyond end of range ({values[-1]})"
+    return None

@@ -118,3 +118,19 @@ def test_a_docker_run_on_its_own_loopback_servers_cannot_be_resumed(tmp_path, mo
     with pytest.raises(ConfigError, match="--resume of a --docker run needs the MLflow server"):
         run_local("curation", root=tmp_path, containers=True, resume=True, echo=print)
     assert not (tmp_path / "local-runs").exists()
+
+
+def test_a_run_without_the_task_cache_cannot_be_resumed(tmp_path):
+    """``--no-cache`` keeps no finished task: its record says so, and a resume is refused."""
+    from pipelines.local import run_local
+
+    record = new_record(tmp_path, "curation", {}, caching=False)
+    saved = json.loads((tmp_path / "local-runs" / f"{record.run_id}.json").read_text())
+    assert saved["caching"] is False and find_record(tmp_path, "curation") == record
+    with pytest.raises(ConfigError, match="that run ran with --no-cache, so none of its tasks"):
+        check_backend(record, "local")
+    check_backend(new_record(tmp_path, "curation", {}), "local")  # the default keeps them
+    with pytest.raises(
+        ConfigError, match="reuses its finished tasks from the cache: no --no-cache"
+    ):
+        run_local("curation", root=tmp_path, resume=True, caching=False, echo=print)
