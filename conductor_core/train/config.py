@@ -297,6 +297,19 @@ class GenerationSpec(_Strict):
         description="Most tokens per sampled plan (reasoning and the three lists); a plan cut off "
         "here usually fails to parse and scores 0. The paper uses 1024, the tiny profile 64.",
     )
+    plan_grammar: bool = Field(
+        default=False,
+        description="Train the policy deployment runs: a local Conductor decodes under the plan "
+        "grammar, so it never writes a malformed plan. True: the base and adaptive stages sample "
+        "their plans under that grammar (the offered workers, `data.max_steps`) and score each "
+        "token under it (log-probabilities renormalised over the tokens it allows; "
+        "train/grammar_sampling.py): the policy gradient of the deployed policy's expected "
+        "reward, with no importance ratio. False (the paper's): plans are sampled unaided and "
+        "one that does not parse scores 0. Not with the routing floor or coverage, "
+        "`adaptive.mask_unoffered` (the grammar already names only offered workers) or "
+        "`adaptive.renumber`; the recursive stage has `recursive.round2_grammar`. "
+        "`backend: transformers` only.",
+    )
 
 
 class LoraSpec(_Strict):
@@ -903,6 +916,24 @@ class StageConfig(_Strict):
             raise ValueError(
                 "adaptive.mask_unoffered works with generation.backend: transformers only"
             )
+        if self.generation.plan_grammar:
+            clash = [
+                name
+                for name, on in (
+                    ("generation.backend: vllm", self.generation.backend != "transformers"),
+                    ("the recursive stage", self.stage == "recursive"),
+                    ("experimental.routing_floor", bool(self.experimental.routing_floor)),
+                    ("experimental.routing_coverage", bool(self.experimental.routing_coverage)),
+                    ("adaptive.mask_unoffered", self.adaptive.mask_unoffered),
+                    ("adaptive.renumber", self.adaptive.renumber),
+                )
+                if on
+            ]
+            if clash:
+                raise ValueError(
+                    f"generation.plan_grammar does not work with {', '.join(clash)} (see its "
+                    "description)"
+                )
         if self.recursive.round2_grammar and self.generation.backend != "transformers":
             raise ValueError(
                 "recursive.round2_grammar works with generation.backend: transformers only"

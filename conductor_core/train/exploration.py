@@ -48,6 +48,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError
 from conductor_core.train.generate_hook import generate_hook
+from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
 
 __all__ = [
     "IMPORTANCE_RATIO_CAP",
@@ -410,9 +411,14 @@ def offered_trainer_class() -> type:
 
         importance_ratio_cap: float = IMPORTANCE_RATIO_CAP
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, plan_grammar_reward: Any = None, **kwargs: Any) -> None:
             self.offered_prompts = OfferedPrompts()
             self._batch_offered: list[Any] | None = None
+            # With `generation.plan_grammar`: the stage's reward (its problems, pool and solve
+            # options make each row's plan request), and the rows being generated.
+            self._grammar_reward = plan_grammar_reward
+            self._grammar: Any = None
+            self._batch_inputs: list[dict[str, Any]] | None = None
             # The sampling masks of the rows being scored, by key (LOSS_MASKS): set while a batch
             # is generated (TRL's old and reference log-probs are computed there), then carried
             # with their rows through TRL's shuffle and split to the loss.
@@ -421,6 +427,7 @@ def offered_trainer_class() -> type:
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             self._batch_offered = [row.get("offered") for row in inputs]
+            self._batch_inputs = inputs
             try:
                 output = super()._generate_and_score_completions(inputs)
                 output.update(self._loss_masks)  # travels with its rows to the loss
@@ -430,6 +437,7 @@ def offered_trainer_class() -> type:
                         self._weight_off_policy_tokens(output, log_q)
             finally:
                 self._batch_offered = None
+                self._batch_inputs = None
                 self._loss_masks = {}
                 self.offered_prompts.clear()
             return output
@@ -506,9 +514,21 @@ def offered_trainer_class() -> type:
         def _generate_single_turn(
             self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
         ):
-            completion_ids, logprobs = super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+            processor = self._plan_grammar_processor(prompt_ids)
+            model = self.accelerator.unwrap_model(self.model)
+            with generating_under(model, processor):
+                completion_ids, logprobs = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
+            if processor is not None:  # the loss scores the plans under the grammar they were
+                rows = len(prompt_ids)  # sampled from (set for TRL's old log-probs, too)
+                self._loss_masks["grammar_allowed"] = allowed_tensor(
+                    processor.allowed(),
+                    range(rows),
+                    rows,
+                    max((len(ids) for ids in completion_ids), default=0),
+                    self.accelerator.device,
+                )
             masked = self.offered_prompts.take_slot_log()
             if masked is not None and not self.use_vllm:
                 from conductor_core.train.offered_mask import slot_tensor
@@ -523,6 +543,34 @@ def offered_trainer_class() -> type:
             if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
                 return completion_ids, logprobs
             return completion_ids, sampling_log_probs(completion_ids, log)
+
+        def _plan_grammar_processor(self, prompt_ids: list[Any]) -> Any:
+            """With ``generation.plan_grammar``, a recording plan-grammar logits processor for
+            the rows being generated (each row's plan request: its question, the workers it
+            offers, the stage's solve options); else None."""
+            reward, inputs = self._grammar_reward, self._batch_inputs
+            if reward is None or inputs is None:
+                return None
+            if len(inputs) != len(prompt_ids):
+                raise RuntimeError(
+                    f"generation.plan_grammar: {len(prompt_ids)} prompts to generate for "
+                    f"{len(inputs)} rows"
+                )
+            from dataclasses import replace
+
+            from conductor_core.policy.plan_mask import PlanGrammar
+            from conductor_core.solve import plan_request
+
+            if self._grammar is None:
+                self._grammar = PlanGrammar(self.processing_class)
+            pool_size = len(reward.pool_config.workers)
+            requests = []
+            for row in inputs:
+                offered = tuple(row.get("offered") or range(pool_size))
+                options = replace(reward.options, worker_ids=offered)
+                question = reward.problems[row["problem_id"]].question
+                requests.append(plan_request(question, pool_size, options))
+            return self._grammar.processor(requests, record=True)
 
         def _weight_off_policy_tokens(self, output: dict[str, Any], log_q: Any) -> None:
             """Multiply the advantage of each token not sampled from the policy (``log_q`` not

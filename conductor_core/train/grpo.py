@@ -608,7 +608,8 @@ def build_trainer(
             first_round_discount=config.recursive.first_round_discount,
             round2_grammar=config.recursive.round2_grammar,
         )
-    return offered_trainer_class()(**kwargs)
+    grammar_reward = reward if config.generation.plan_grammar else None
+    return offered_trainer_class()(**kwargs, plan_grammar_reward=grammar_reward)
 
 
 def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: int) -> str:

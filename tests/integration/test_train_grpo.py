@@ -164,6 +164,35 @@ def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_pa
     assert load_prompt_spec(result.model_dir).style == "compact"
 
 
+def test_base_stage_samples_and_scores_its_plans_under_the_grammar(base_run, tmp_path, monkeypatch):
+    """With ``generation.plan_grammar`` every round-1 plan is sampled under the plan grammar (so
+    each one that ends parses) and every row is scored under it (train/grammar_sampling.py)."""
+    import conductor_core.train.offered_mask as offered_mask
+    from conductor_core.train.grpo import run_stage
+
+    seen = []
+    original = offered_mask.grammar_log_probs
+
+    def spy(log_probs, hidden, head, allowed, temperature=1.0):
+        seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
+        return original(log_probs, hidden, head, allowed, temperature)
+
+    monkeypatch.setattr(offered_mask, "grammar_log_probs", spy)
+    _, base = base_run
+    config = small(
+        tmp_path / "grammar",
+        steps=1,
+        init_from=str(base.model_dir),
+        warmup={"enabled": False},
+        generation={"max_completion_length": 96, "plan_grammar": True},
+        experimental={"routing_coverage": 0},
+    )
+    result = run_stage(config, progress=False)
+    assert result.steps == 1
+    # Every row restricted, scored at generation (old log-probs) and by the loss.
+    assert seen and all(all(rows) for rows in seen)
+
+
 def expected_ids(config, steps: int) -> list[list[str]]:
     """The problem ids of each step's groups, from TRL's seeded sampler."""
     from trl.trainer.utils import RepeatSampler

@@ -309,3 +309,15 @@ def test_a_hub_model_id_is_loaded_at_model_revision(tmp_path, monkeypatch) -> No
     assert all("revision" not in kw for _, kw in calls) and len(calls) == 2
     with pytest.raises(ConfigError, match=r"model\.revision"):
         build_config({"model": {"revision": ""}})
+
+
+def test_plan_grammar_sampling_refuses_what_it_cannot_combine_with() -> None:
+    base = {"generation": {"plan_grammar": True}}
+    assert StageConfig.model_validate(base).generation.plan_grammar
+    for extra, named in (
+        ({"experimental": {"routing_coverage": 4}}, "routing_coverage"),
+        ({"adaptive": {"mask_unoffered": True}}, "mask_unoffered"),
+        ({"stage": "recursive"}, "the recursive stage"),
+    ):
+        with pytest.raises(ValueError, match=named):
+            StageConfig.model_validate({**base, **extra})
