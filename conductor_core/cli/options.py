@@ -7,8 +7,8 @@ The spellings (``docs/cli.md``):
   ``eval compare``); commands that only print JSON (``plan``, ``parse``, ``pipeline submit``)
   need no flag;
 * ``--out``: where a command writes, a file or a folder as its help says (``eval run``,
-  ``eval aggregate``, ``eval fit-router``, ``curate``, ``tasks export``, ``simulate pool``,
-  ``train``, ``pipeline compile``).
+  ``eval aggregate``, ``eval fit-router``, ``curate``, ``tasks export``,
+  ``simulate pool-for-endpoint``, ``train``, ``pipeline compile``).
 
 The spellings they replace (``--format json|table``, ``--output-dir``, ``--out-dir``) still work
 until the next release: a command built with :class:`RenamedOptionsCommand` rewrites them to the
