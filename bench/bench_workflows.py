@@ -10,7 +10,7 @@ seed in ``seed``; a finished run in ``DIR/train-<seed>`` is reused), then solves
 questions with it (under the plan grammar, as deployed, sample index = seed) and with every
 baseline (``single:<id>``, the topologies of
 :mod:`conductor_core.simulation.workflow_baselines`, and the oracle: for each question the
-candidate topology with the best mean reward over 16 other draws). Baselines have no training:
+candidate topology most often right over 1,000 simulated runs). Baselines have no training:
 their seeds are the world's draws.
 
 Writes ``DIR/workflows.json`` (``{"methods": [{"method", "accuracy", "stderr",
@@ -50,7 +50,7 @@ from conductor_core.workers.bundled import (  # noqa: E402
 )
 
 CONFIG = ROOT / "conductor_core" / "resources" / "workflows" / "train.yaml"
-ORACLE_DRAWS = range(1000, 1016)
+ORACLE_DRAWS = 1000
 MARGIN = 0.05
 LENGTH_RATIO = 1.5
 CHECK_SHARE = 0.9
@@ -205,24 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     models = {} if args.no_train else {s: train(s, args.out, args.steps, args.set) for s in seeds}
 
-    from conductor_core.solve import solve_options
-    from conductor_core.workers.pool import WorkerPool
 
-    async def oracle() -> dict[str, str]:
-        pool = WorkerPool(pool_cfg)
-        candidates = [f"single:{i}" for i in range(len(pool_cfg.workers))] + list(TOPOLOGIES)
-        try:
-            return await oracle_choices(
-                problems,
-                candidates,
-                pool,
-                solve_options(pool_cfg, max_steps=MAX_STEPS),
-                sample_indices=ORACLE_DRAWS,
-            )
-        finally:
-            await pool.aclose()
-
-    choice = asyncio.run(oracle())
+    candidates = [f"single:{i}" for i in range(len(pool_cfg.workers))] + list(TOPOLOGIES)
+    choice = oracle_choices(problems, candidates, pool_cfg, draws=ORACLE_DRAWS)
     by_question = {p.question: p.id for p in problems}
     methods: dict = {}
     if models:

@@ -5,8 +5,9 @@
 check can see an answer to every part it checks, and whether a composite question is split
 (every part named by some step). :func:`run_questions` solves questions with a plan source
 through :func:`~conductor_core.solve.solve` (the one loop every caller uses) and grades them;
-:func:`summarize` gives the figures of ``bench/bench_workflows.py``; :func:`oracle_choices`
-picks each question's best plan among candidates (the upper bound of the baselines).
+:func:`summarize` gives the figures of ``bench/bench_workflows.py``; :func:`plan_success`
+simulates a plan many times with the world's rules, and :func:`oracle_choices` picks each
+question's best plan among candidates with it (the upper bound of the baselines).
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from random import Random
 
 from conductor_core.policy.base import PlanSource
-from conductor_core.policy.fixed import FixedPlanSource
 from conductor_core.simulation.workflow_baselines import Roles, topology_workflow
-from conductor_core.simulation.workflow_world import WorldQuestion, step_role, world_question
+from conductor_core.simulation.workflow_world import (
+    WorldQuestion,
+    part_answers,
+    respond,
+    step_role,
+    world_question,
+)
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.grading import grade, reward
 from conductor_core.tasks.problem import Problem
+from conductor_core.workers.config import PoolConfig, SimulationProfile, WorkflowRules
 from conductor_core.workflow.model import ALL, Step, Workflow
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "QuestionResult",
     "oracle_choices",
     "plan_shape",
+    "plan_success",
     "run_questions",
     "summarize",
 ]
@@ -178,27 +187,61 @@ def summarize(results: Sequence[QuestionResult]) -> dict[str, float | None]:
     }
 
 
-async def oracle_choices(
+def plan_success(
+    question: WorldQuestion,
+    workflow: Workflow,
+    profiles: Sequence[SimulationProfile],
+    *,
+    draws: int = 1000,
+    seed: int = 0,
+) -> float:
+    """The share of ``draws`` runs of ``workflow`` on ``question`` that end right, simulated
+    with the world's rules directly (no solve loop: fast enough to score many plans). A run
+    ends right when its last step has the whole question in scope and answers every part right,
+    which is when the stated answer matches the reference. ``profiles`` are the workers'
+    simulation profiles by pool id (each with its ``workflow`` rules)."""
+    rng = Random(seed)
+    last = step_role(workflow.steps[-1].subtask, question) if workflow.steps else None
+    if last is None or last.part is not None:
+        return 0.0
+    right = 0
+    for _ in range(draws):
+        texts: list[str] = []
+        for i, step in enumerate(workflow.steps):
+            profile = profiles[step.worker]
+            rules = profile.workflow or WorkflowRules()
+            visible = [texts[j] for j in step.visible(i)]
+            texts.append(respond(question, profile, rules, step.subtask, visible, rng))
+        found = part_answers(texts[-1], question)
+        right += all(found.get(k) == p.answer for k, p in enumerate(question.parts))
+    return right / draws
+
+
+def oracle_choices(
     problems: Sequence[Problem],
     candidates: Sequence[str],
-    pool,
-    options: SolveOptions,
+    pool_config: PoolConfig,
     *,
-    sample_indices: Sequence[int],
+    draws: int = 1000,
     roles: Roles | None = None,
 ) -> dict[str, str]:
-    """For each problem, the candidate topology with the highest mean reward over
-    ``sample_indices`` (ties to the earlier candidate, so list cheaper ones first)."""
-    best: dict[str, tuple[float, str]] = {}
-    for name in candidates:
-        source = FixedPlanSource(
-            f"oracle candidate {name}", lambda r, n=name: topology_workflow(n, r.question, roles)
-        )
-        totals = dict.fromkeys((p.id for p in problems), 0.0)
-        for index in sample_indices:
-            for r in await run_questions(problems, source, pool, options, sample_index=index):
-                totals[r.id] += r.reward
-        for pid, total in totals.items():
-            if pid not in best or total > best[pid][0]:
-                best[pid] = (total, name)
-    return {pid: name for pid, (_, name) in best.items()}
+    """For each problem, the candidate topology most likely to end right
+    (:func:`plan_success`; a tie goes to the earlier candidate, so list cheaper ones first)."""
+    profiles = [w.simulation or SimulationProfile() for w in pool_config.workers]
+    out: dict[str, str] = {}
+    for p in problems:
+        question = world_question(p.metadata)
+        if question is None:
+            raise ValueError(f"{p.id}: not a workflow-world question (no metadata.world)")
+        scores = [
+            plan_success(
+                question,
+                topology_workflow(name, p.question, roles),
+                profiles,
+                draws=draws,
+                seed=k,
+            )
+            for k, name in enumerate(candidates)
+        ]
+        out[p.id] = candidates[scores.index(max(scores))]
+    return out

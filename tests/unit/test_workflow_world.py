@@ -200,3 +200,30 @@ def test_simulated_workers_follow_the_world_rules_through_the_solve_loop(tmp_pat
     assert single["accuracy"] < math_only / len(problems) + 1e-9
     assert parts["composite_split_share"] == 1.0 and composite
     assert set(TOPOLOGIES) >= {"parts", "solve-check", "best-of-3", "moa"}
+
+
+def test_plan_success_simulates_a_plan_with_the_world_rules() -> None:
+    from conductor_core.simulation.workflow_eval import plan_success
+
+    rules = WorkflowRules(difficulty_drop=0.0, check_skill=1.0, false_alarm=0.0)
+    specialists = [
+        SimulationProfile(skills={"math": 1.0, "freeform": 0.0}, workflow=rules),
+        SimulationProfile(skills={"math": 0.0, "freeform": 1.0}, workflow=rules),
+        SimulationProfile(skills={"math": 0.5, "freeform": 0.5}, workflow=rules),
+    ]
+    text = f"Answer every part. Part 1: {MATH.question} Part 2: {WORD.question}"
+    split = Workflow(
+        steps=(
+            Step(worker=0, subtask="Solve part 1."),
+            Step(worker=1, subtask="Solve part 2."),
+            Step(worker=2, subtask="Answer the question.", access=ALL),
+        )
+    )
+    assert plan_success(TWO, split, specialists, draws=50) == 1.0
+    assert plan_success(TWO, Workflow(steps=split.steps[:2]), specialists, draws=50) == 0.0
+    whole = Workflow(steps=(Step(worker=2, subtask="Answer the question."),))
+    assert plan_success(TWO, whole, specialists, draws=2000) == pytest.approx(0.25, abs=0.04)
+    checked = Workflow(steps=(*whole.steps, Step(worker=2, subtask="Check it.", access=(0,))))
+    # the checker finds every wrong part and re-solves it at 0.5: 1 - 0.5 * 0.5 per part
+    assert plan_success(TWO, checked, specialists, draws=2000) == pytest.approx(0.5625, abs=0.04)
+    assert part_domains(text) == ["math", "freeform"]
