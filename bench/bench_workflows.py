@@ -67,7 +67,7 @@ def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
         return model
     cmd = [
         sys.executable, "-m", "conductor_core", "train", "--profile", "tiny",
-        "--config", str(CONFIG), "--output-dir", str(folder), "--no-progress",
+        "--config", str(CONFIG), "--out", str(folder), "--no-progress",
         "--set", f"seed={seed}",
         "--set", f"data.problems={bundled_workflow_problems_path()}",
         "--set", f"data.pool={bundled_workflow_pool_path()}",
