@@ -53,6 +53,8 @@ __all__ = [
     "StepRole",
     "WorldQuestion",
     "answer_text",
+    "is_check",
+    "names_part",
     "part_answers",
     "respond",
     "step_role",
@@ -148,6 +150,16 @@ class StepRole:
     checks: bool
 
 
+def names_part(subtask: str) -> bool:
+    """True when ``subtask`` names a part (``part 2``), whatever the question."""
+    return _PART_RE.search(subtask) is not None
+
+
+def is_check(subtask: str) -> bool:
+    """True when ``subtask`` asks for a check (``check``, ``verify``)."""
+    return _CHECK_RE.search(subtask) is not None
+
+
 def step_role(subtask: str, question: WorldQuestion) -> StepRole:
     """The role of a step with ``subtask`` on ``question`` (the rules of the module doc)."""
     part: int | None = None
@@ -155,7 +167,7 @@ def step_role(subtask: str, question: WorldQuestion) -> StepRole:
         named = _PART_RE.search(subtask)
         if named is not None and 1 <= int(named.group(1)) <= len(question.parts):
             part = int(named.group(1)) - 1
-    return StepRole(part=part, checks=_CHECK_RE.search(subtask) is not None)
+    return StepRole(part=part, checks=is_check(subtask))
 
 
 def part_answers(text: str, question: WorldQuestion) -> dict[int, str]:

@@ -43,6 +43,7 @@ from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome, combine, grade
 from conductor_core.policy.base import PreviousRound
 from conductor_core.policy.text import TextPlanSource
+from conductor_core.simulation.workflow_world import is_check, names_part
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.grading import WRONG_REWARD
 from conductor_core.tasks.problem import Problem
@@ -201,6 +202,7 @@ def summarize(
     parsed = [o for o in outcomes if o.plan_ok]
     ran = [o for o in parsed if not o.kept]
     steps_total = sum(o.plan_len or 0 for o in ran)
+    subtasks = [t for o in ran for t in o.subtasks]
     out: dict[str, float] = {
         "reward_mean": sum(scored) / len(scored) if scored else 0.0,
         "reward_std": _std(scored),
@@ -211,6 +213,10 @@ def summarize(
         "all_access_share": sum(o.all_access_steps for o in ran) / steps_total
         if steps_total
         else 0.0,
+        # What the steps that ran were asked, read by the workflow world's rules
+        # (simulation.workflow_world): to check, and to work on one part.
+        "check_step_share": sum(map(is_check, subtasks)) / len(subtasks) if subtasks else 0.0,
+        "part_step_share": sum(map(names_part, subtasks)) / len(subtasks) if subtasks else 0.0,
         "keep_rate": sum(1 for o in parsed if o.kept) / len(parsed) if parsed else 0.0,
         "calls_per_plan": sum(o.calls for o in outcomes) / n,
         "tokens_per_plan": sum(o.input_tokens + o.output_tokens for o in outcomes) / n,

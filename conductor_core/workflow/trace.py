@@ -131,6 +131,9 @@ class TraceSummary(BaseModel):
         default_factory=list, description="Pool worker id of each step that ran, in order."
     )
     all_access_steps: int = Field(default=0, description='Steps that ran with ["all"] access.')
+    subtasks: list[str] = Field(
+        default_factory=list, description="The subtask of each step that ran, in order."
+    )
     rounds: int = 0
     raw_plan: str | None = Field(default=None, description="The first round's raw plan text.")
 
@@ -156,6 +159,7 @@ class TraceSummary(BaseModel):
             plan_len=len(plan.get("model_id", [])) if plan else None,
             workers=[s.worker for s in steps],
             all_access_steps=sum(1 for s in steps if s.access == ["all"]),
+            subtasks=[s.subtask for s in steps],
             rounds=len(trace.rounds),
             raw_plan=first.raw_plan if first else None,
         )

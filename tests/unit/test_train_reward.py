@@ -269,6 +269,22 @@ def test_summarize_metrics():
     assert m["calls_per_plan"] == 0.75 and m["cost_per_plan"] == pytest.approx(0.125)
 
 
+def test_summarize_reads_what_the_steps_were_asked():
+    outcomes = [
+        Outcome(
+            reward=1.0,
+            workers=[0, 1, 3],
+            plan_len=3,
+            subtasks=["Solve part 1.", "Solve part 2.", "Check the answer."],
+        ),
+        Outcome(reward=0.5, workers=[3], plan_len=1, subtasks=["Answer the question."]),
+        Outcome(reward=0.0, format_error=True, subtasks=["Check part 1."]),  # did not parse
+    ]
+    m = summarize(outcomes, pool_size=4)
+    assert m["check_step_share"] == pytest.approx(1 / 4)
+    assert m["part_step_share"] == pytest.approx(2 / 4)
+
+
 def test_trl_convention_metrics_and_background_loop():
     """TRL awaits async rewards on a daemon loop thread; the pool is created in that loop."""
     loop = asyncio.new_event_loop()
