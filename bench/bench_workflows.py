@@ -13,7 +13,9 @@ baseline (``single:<id>``, the topologies of
 candidate topology most often right over 1,000 simulated runs). Baselines have no training:
 their seeds are the world's draws.
 
-Writes ``DIR/workflows.json`` (``{"methods": [{"method", "accuracy", "stderr",
+Each training run is tracked in ``DIR/mlflow.db`` (MLflow, experiment ``conductor-workflows``:
+reward, plan length and the share of checking and part steps per step). Writes
+``DIR/workflows.json`` (``{"methods": [{"method", "accuracy", "stderr",
 "calls_per_question", "steps_easy", "steps_hard", "check_with_access_share",
 "composite_split_share", ...}]}``; ``stderr`` is across seeds), ``DIR/plan_length.png`` (mean
 steps against difficulty) and ``DIR/examples.md`` (plans of the first seed's Conductor), and
@@ -71,7 +73,10 @@ def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
         "--set", f"seed={seed}",
         "--set", f"data.problems={bundled_workflow_problems_path()}",
         "--set", f"data.pool={bundled_workflow_pool_path()}",
-        "--set", "tracking.backend=none",
+        "--set", "tracking.backend=mlflow",
+        "--set", f"tracking.tracking_uri=sqlite:///{out.resolve() / 'mlflow.db'}",
+        "--set", f"tracking.run_name=workflows-seed-{seed}",
+        "--set", "tracking.log_model=false",
     ]  # fmt: skip
     if steps is not None:
         cmd += ["--steps", str(steps)]
