@@ -34,6 +34,7 @@ from conductor_core.serve.protocol import (
     unsupported_parameter,
     validate_chat_request,
 )
+from conductor_core.serve.sse import sse_data, sse_event
 
 _REFUSED = {
     "tools": "the workflow calls no tools of the client",
@@ -265,8 +266,7 @@ async def response_events(meta: ResponseMeta, chat_sse: AsyncIterator[str]) -> A
     def event(kind: str, **fields: Any) -> str:
         nonlocal seq
         seq += 1
-        payload = {"type": kind, "sequence_number": seq - 1, **fields}
-        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+        return sse_event(kind, {"type": kind, "sequence_number": seq - 1, **fields})
 
     yield event("response.created", response=response_object(meta, None, finish=None, usage=None))
     yield event(
@@ -421,4 +421,4 @@ async def completion_events(chat_sse: AsyncIterator[str]) -> AsyncIterator[str]:
         }
         if chunk.get("usage"):
             out["usage"] = chunk["usage"]
-        yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+        yield sse_data(out)

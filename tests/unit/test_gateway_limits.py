@@ -648,7 +648,8 @@ def test_an_upstream_4xx_is_a_400_that_names_no_internal_url(pool):
 
 
 def test_errors_streamed_to_the_client_name_no_upstream(pool):
-    from conductor_core.serve.serving import _EventTranslator, redact_urls
+    from conductor_core.serve.redaction import redact_urls
+    from conductor_core.serve.workflow_events import EventTranslator
 
     hosts = ("workers.internal:8443",)
     text = (
@@ -656,7 +657,7 @@ def test_errors_streamed_to_the_client_name_no_upstream(pool):
         "(workers.internal:8443)"
     )
     assert redact_urls(text, hosts) == "connection error: cannot reach <url> (<host>)"
-    translate = _EventTranslator(["w0"], lambda t: redact_urls(t, hosts))
+    translate = EventTranslator(["w0"], lambda t: redact_urls(t, hosts))
     event = translate({"type": "step_end", "step": {"worker": 0, "error": text}})
     assert "workers.internal" not in json.dumps(event.data)
 

@@ -208,7 +208,7 @@ def test_worker_health_goes_to_metrics_in_the_background(keys) -> None:
                 name: metrics.value("conductor_gateway_worker_up", {"worker": name})
                 for name in ("remote-up", "remote-down", "sim-generalist")
             }
-            task = app.state.serving._health_task
+            task = app.state.serving.worker_health.task
         return ready, values, task
 
     ready, values, task = asyncio.run(scenario())
@@ -248,4 +248,4 @@ def test_the_checks_keep_one_http_client_until_shutdown(keys, monkeypatch) -> No
     serving = asyncio.run(scenario())
     assert upstreams.count("conductor.internal") == 3
     assert upstreams.count("worker-up.internal") == 3
-    assert len(built) == 1 and built[0].is_closed and serving._probe_http is None
+    assert len(built) == 1 and built[0].is_closed and serving.probe.http is None

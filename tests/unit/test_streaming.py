@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from conductor_core.policy.base import PlanRequest, PlanResult
 from conductor_core.policy.fixed import one_step
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
+from conductor_core.serve.protocol import ChatCompletionChunk
 from conductor_core.serve.serving import AnswerStream, cut_to_tokens, final_answer
 from conductor_core.serve.simulator import create_app as create_simulator
 from conductor_core.solve import SolveOptions, solve
@@ -462,6 +464,64 @@ def test_a_streamed_answer_is_cut_to_max_tokens(bundled):
         c["choices"][0]["finish_reason"] for c in stream if isinstance(c, dict) and c.get("choices")
     ]
     assert finish[-1] == "length"
+
+
+HOSTILE_PIECES = [
+    'He said "stop" \\ and left.\n',
+    '", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n',  # an attempt to end the stream
+    '"content": "\\u0000" \x00\x01\x1f\t\r',  # what the old splice looked for, and controls
+    "line\u2028separator\u2029paragraph\x85next ",
+    "</script> é 漢字 😀",
+]
+
+
+def data_lines(response: httpx.Response) -> list[str]:
+    """The stream's ``data:`` payloads, split as the SSE format splits lines (CR, LF only)."""
+    assert response.status_code == 200, response.text
+    text = response.content.decode("utf-8")
+    return [line[6:] for line in re.split(r"\r\n|\r|\n", text) if line.startswith("data: ")]
+
+
+def test_a_hostile_answer_streams_as_valid_json_chunks(bundled):
+    """Every ``data:`` line of the stream is one JSON value (parsed strictly, each line on its
+    own whatever splits lines) and the content chunks join to exactly the text the worker wrote:
+    quotes, backslashes, newlines, control characters, a fake end of stream, line separators."""
+    config = parse_pool({"workers": [bundled.workers[0].model_dump(mode="json")]})
+    provider = Streaming((HOSTILE_PIECES, None))
+
+    async def go():
+        source = one_step(0, "answer the question")
+        async with gateway(config, source, providers=[provider]) as app:
+            return await post(app, stream=True)
+
+    response = run(go())
+    lines = data_lines(response)
+    assert lines[-1] == "[DONE]" and lines.count("[DONE]") == 1
+    chunks = [json.loads(line) for line in lines[:-1]]  # each one whole JSON value
+    assert all(isinstance(c, dict) and "error" not in c for c in chunks)
+    assert content(chunks) == "".join(HOSTILE_PIECES)
+    for line in lines:  # no line break of any reader's inside an event's data
+        assert line.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    "text", ["", "plain", *HOSTILE_PIECES, "lone \ud800 surrogate", "\ud83d half", "\\ud800"]
+)
+def test_each_content_chunk_is_the_json_of_a_chunk_object(text):
+    from conductor_core.serve.chat_stream import ChunkWriter
+
+    writer = ChunkWriter("conductor", include_usage=True)
+    event = writer.content(text)
+    assert event.startswith("data: ") and event.endswith("\n\n")
+    payload = event[len("data: ") : -2]
+    assert "\n" not in payload and payload.splitlines() == [payload]
+    payload.encode("utf-8")  # a lone surrogate goes escaped: the response can be encoded
+    chunk = json.loads(payload)
+    assert chunk == {
+        **writer.body(),
+        "choices": [{**writer.body()["choices"][0], "delta": {"content": text}}],
+    }
+    assert ChatCompletionChunk.model_validate(chunk).choices[0].delta.content == text
 
 
 def test_a_stream_broken_after_its_first_piece_ends_with_an_error_not_a_resend(bundled):
