@@ -175,18 +175,21 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": spec}
 
 
-RESPONSE_SCHEMA: dict[str, Any] = {  # a response object, in short
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "object": {"const": "response"},
-        "status": {"enum": ["completed", "incomplete"]},
-        "model": {"type": "string"},
-        "output": {"type": "array", "items": {"type": "object"}},
-        "usage": {"type": ["object", "null"]},
-    },
-    "required": ["id", "object", "status", "model", "output"],
-}
+class ResponseObject(BaseModel):
+    """A ``response`` object of the Responses API as ``/v1/responses`` answers it (text only):
+    ``completed``, or ``incomplete`` when the answer was cut to ``max_output_tokens``; its one
+    output item is the assistant message (:func:`response_object`; the fields listed are those
+    a client reads, the others are sent as OpenAI sends them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete"]
+    model: str
+    output: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
 
 
 def new_meta(model: str) -> ResponseMeta:
@@ -343,6 +346,27 @@ class CompletionsRequest(BaseModel):
     prompt: str
     stream: bool | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+
+
+class TextCompletionChoice(BaseModel):
+    """One choice of a ``text_completion``."""
+
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class TextCompletion(BaseModel):
+    """A ``text_completion`` object as ``/v1/completions`` answers it
+    (:func:`completion_from_chat`)."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[TextCompletionChoice]
+    usage: dict[str, int] | None = None
 
 
 _COMPLETIONS_REFUSED = {

@@ -1,13 +1,36 @@
-"""The gateway's OpenAPI description (:func:`openapi_description`), which
-:func:`~conductor_core.serve.app.create_app` serves as ``app.openapi()``: FastAPI's skeleton of
-the routes completed with the real request and response bodies, statuses and headers, narrowed to
-the deployment (served model, pool, limits)."""
+"""The gateway's OpenAPI description (``app.openapi()``; no docs route serves it).
+
+It comes from the routes and the models. FastAPI generates the paths, the operations and every
+response from the route declarations of :mod:`.routes`: the bodies of each status from the
+models (:class:`~.protocol.ChatCompletionResponse`, :class:`~.protocol.ModelList`,
+:class:`~.protocol.ErrorResponse`, ...) and the headers declared with them here
+(:func:`errors`, :data:`REQUEST_ID`). The request bodies are the JSON schemas pydantic gives the
+request models (:data:`REQUEST_MODELS`), referenced by each route through :func:`json_body`:
+the routes read their bodies raw (size and time limits, strict JSON, before any model sees
+them), so FastAPI cannot declare them itself.
+
+Written by hand, each where a model cannot say it:
+
+* the schema of a server-sent event (:data:`SSE_EVENT`): a stream is no JSON body, and OpenAPI
+  3.1 has no way to describe a sequence of events, only one of them;
+* the deployment's narrowing (:func:`openapi_description`): the models are shared by every
+  gateway (and the worker simulator), while the served model id, the pool's workers, the
+  server's limits on the ``conductor`` options, whether keys are configured (401, the bearer
+  scheme) and which limits can refuse a request (429) belong to one configuration.
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
-from conductor_core.serve.api_adapters import RESPONSE_SCHEMA, CompletionsRequest, ResponsesRequest
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from conductor_core.serve.admission import Gatekeeper
+from conductor_core.serve.api_adapters import CompletionsRequest, ResponsesRequest
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.protocol import (
     RETRYABLE_STATUSES,
@@ -15,37 +38,136 @@ from conductor_core.serve.protocol import (
     SHOULD_RETRY_HEADER,
     UNSUPPORTED_PARAMETERS,
     ChatCompletionRequest,
-    ChatCompletionResponse,
     ErrorResponse,
-    ModelList,
 )
 from conductor_core.workers.config import PoolConfig
 
-__all__ = ["openapi_description"]
+__all__ = [
+    "REQUEST_ID",
+    "REQUEST_MODELS",
+    "SSE_EVENT",
+    "errors",
+    "json_body",
+    "openapi_description",
+    "openapi_of",
+    "with_request_id",
+]
 
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    ChatCompletionRequest,
+    ResponsesRequest,
+    CompletionsRequest,
+)
+"""The request bodies the routes read, published under ``components.schemas``."""
+
+_ERROR = {"$ref": "#/components/schemas/ErrorResponse"}
+"""The OpenAI error object, published with the request models and referenced by every error
+response: not as each route's ``model``, which FastAPI files under the route's own media type,
+while ``/metrics`` answers text but errs in JSON like every route."""
+
+REQUEST_ID = {
+    "X-Request-ID": {
+        "description": "The client's request id when it sent a sane one, else a fresh one.",
+        "required": True,
+        "schema": {"type": "string", "pattern": SANE_REQUEST_ID.pattern},
+    }
+}
+"""The header on every response (:mod:`.middleware`)."""
+
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": "A chunk (JSON), an OpenAI error object (JSON) after a failure, or "
+            "the final [DONE].",
+        }
+    },
+    "required": ["data"],
+}
+"""The schema of one server-sent event of a stream (see the module's description)."""
+
+_LIMITS = "x-refused-by"
+"""Key of a declared 429 that names the limits able to refuse the route (``rate``,
+``concurrency``); read and removed by :func:`openapi_description`."""
 
 _ERROR_STATUSES = {
-    "400": "Invalid request: body not JSON or not an object, an invalid field (`param` names "
+    400: "Invalid request: body not JSON or not an object, an invalid field (`param` names "
     "it), a string that is not valid Unicode or a number that is not finite, a conversation "
     "not ending with a user question, a `conductor` option above the server's limit, a "
     "parameter the gateway does not honour (`unsupported_parameter`: `n` > 1, tools, log "
     "probabilities, audio), a `response_format` schema that is not a JSON Schema, or a "
     "request the Conductor's server "
     "refused (`conductor_rejected_request`, e.g. a prompt longer than its context).",
-    "401": "Missing or wrong API key (`Authorization: Bearer <key>`).",
-    "404": "Another model than the served one (`model_not_found`).",
-    "408": "The request body did not arrive within `body_timeout_s` (`request_read_timeout`; "
+    401: "Missing or wrong API key (`Authorization: Bearer <key>`).",
+    404: "Another model than the served one (`model_not_found`).",
+    408: "The request body did not arrive within `body_timeout_s` (`request_read_timeout`; "
     "the connection is closed).",
-    "413": "Request body over `max_body_bytes` (`request_too_large`).",
-    "429": "The caller's rate limit is exhausted (`rate_limit_exceeded`), too many requests "
+    413: "Request body over `max_body_bytes` (`request_too_large`).",
+    429: "The caller's rate limit is exhausted (`rate_limit_exceeded`), too many requests "
     "are in flight (`concurrency_limit_exceeded`) or the caller's spend quota is spent "
     "(`insufficient_quota`: `spend_quota_exceeded`, until the period ends); retry after "
     "`Retry-After` seconds.",
-    "500": "A bug in the gateway (`internal_error`; the message names the request id).",
-    "502": "The Conductor's plan did not parse, a worker failed, the answer is not in the "
+    500: "A bug in the gateway (`internal_error`; the message names the request id).",
+    502: "The Conductor's plan did not parse, a worker failed, the answer is not in the "
     "requested `response_format` (`response_format_unmet`) or the Conductor is unreachable.",
-    "504": "The workflow ran past `request_timeout_s` (`request_timeout`).",
+    504: "The workflow ran past `request_timeout_s` (`request_timeout`).",
 }
+
+
+def with_request_id(description: str | None = None, **response: Any) -> dict[str, Any]:
+    """A declared response (``responses=`` of a route) with the ``X-Request-ID`` header."""
+    out = {"headers": dict(REQUEST_ID), **response}
+    if description is not None:
+        out["description"] = description
+    return out
+
+
+def errors(*statuses: int, refused_by: tuple[str, ...] = ("rate",)) -> dict[int, Any]:
+    """The declared error responses of a route: the OpenAI error object
+    (:class:`~.protocol.ErrorResponse`) with what each status means, ``x-should-retry: false``
+    where the same request cannot succeed and ``Retry-After`` on a 429 (``refused_by``: the
+    limits that can refuse this route, ``rate`` (rate limit, spend quota) and
+    ``concurrency``)."""
+    out: dict[int, Any] = {}
+    for status in statuses:
+        headers = dict(REQUEST_ID)
+        extra: dict[str, Any] = {}
+        if status == 429:
+            headers["Retry-After"] = {
+                "description": "Whole seconds to wait before retrying.",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 1},
+            }
+            extra[_LIMITS] = list(refused_by)
+        elif 400 <= status < 500 and status not in RETRYABLE_STATUSES:
+            headers[SHOULD_RETRY_HEADER] = {
+                "description": "`false`: the same request cannot succeed (the OpenAI SDKs "
+                "then do not retry).",
+                "required": True,
+                "schema": {"const": "false"},
+            }
+        out[status] = {
+            "description": _ERROR_STATUSES[status],
+            "headers": headers,
+            "content": {"application/json": {"schema": _ERROR}},
+            **extra,
+        }
+    return out
+
+
+def json_body(model: type[BaseModel], example: dict[str, Any]) -> dict[str, Any]:
+    """The ``openapi_extra`` of a route that reads a body of ``model`` itself: the required JSON
+    request body, as the model's schema (one of :data:`REQUEST_MODELS`)."""
+    if model not in REQUEST_MODELS:
+        raise ValueError(f"{model.__name__} is not published: add it to REQUEST_MODELS")
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema, "example": example}},
+        }
+    }
 
 
 def openapi_description(
@@ -57,210 +179,69 @@ def openapi_description(
     rate_limited: bool,
     concurrency_limited: bool = False,
 ) -> dict[str, Any]:
-    """The gateway's OpenAPI description: FastAPI's skeleton (``base``, paths and operation ids)
-    with the real request and response bodies, statuses and headers of every route.
+    """The gateway's OpenAPI description: FastAPI's document of the routes (``base``) with the
+    request models' schemas, narrowed to this deployment.
 
-    The chat route reads its body itself (to enforce the body limit before parsing), so FastAPI
-    cannot see its schema; it is described here from the models of :mod:`.protocol`, narrowed to
-    this deployment: the served model id, the values of the parameters it does not honour that
-    ask for nothing (``n`` = 1, no tools, ...), the pool's workers and the server's limits on the
-    ``conductor`` extension. 401 is listed (and a bearer security scheme declared) only when
-    keys are configured, 429 only when a rate limit or a spend quota (or, for chat completions,
-    a concurrency limit) is. Not served (no docs routes); tests and clients can use it.
+    The request schemas are narrowed to what this gateway accepts (the served model id, the
+    values of the parameters it does not honour that ask for nothing (``n`` = 1, no tools,
+    ...), the pool's workers and the server's limits on the ``conductor`` extension), and the
+    examples name the served model. 401 is listed (and a bearer security scheme declared) only
+    when keys are configured, 429 only when a limit that can refuse the route is set
+    (``rate_limited``: a rate limit or a spend quota; ``concurrency_limited``: for the routes
+    that declared it).
     """
-    from pydantic.json_schema import models_json_schema
-
-    refs, defs = models_json_schema(
-        [
-            (ChatCompletionRequest, "validation"),
-            (ResponsesRequest, "validation"),
-            (CompletionsRequest, "validation"),
-            (ChatCompletionResponse, "serialization"),
-            (ModelList, "serialization"),
-            (ErrorResponse, "serialization"),
-        ],
+    _, defs = models_json_schema(
+        [*((model, "validation") for model in REQUEST_MODELS), (ErrorResponse, "serialization")],
         ref_template="#/components/schemas/{model}",
     )
-    request_ref = refs[(ChatCompletionRequest, "validation")]
-    responses_ref = refs[(ResponsesRequest, "validation")]
-    completions_ref = refs[(CompletionsRequest, "validation")]
-    response_ref = refs[(ChatCompletionResponse, "serialization")]
-    models_ref = refs[(ModelList, "serialization")]
-    error_ref = refs[(ErrorResponse, "serialization")]
-    request_id = {
-        "X-Request-ID": {
-            "description": "The client's request id when it sent a sane one, else a fresh one.",
-            "required": True,
-            "schema": {"type": "string", "pattern": SANE_REQUEST_ID.pattern},
-        }
-    }
-
-    def json_body(schema: dict[str, Any], description: str, **extra_headers: Any):
-        return {
-            "description": description,
-            "headers": {**request_id, **extra_headers},
-            "content": {"application/json": {"schema": schema}},
-        }
-
-    def errors(*statuses: str, limited: bool = rate_limited) -> dict[str, Any]:
-        out = {}
-        for status in statuses:
-            if (status == "401" and not auth_enabled) or (status == "429" and not limited):
-                continue
-            headers = {}
-            if status == "429":
-                headers["Retry-After"] = {
-                    "description": "Whole seconds to wait before retrying.",
-                    "required": True,
-                    "schema": {"type": "integer", "minimum": 1},
-                }
-            elif status.startswith("4") and int(status) not in RETRYABLE_STATUSES:
-                headers[SHOULD_RETRY_HEADER] = {
-                    "description": "`false`: the same request cannot succeed (the OpenAI SDKs "
-                    "then do not retry).",
-                    "required": True,
-                    "schema": {"const": "false"},
-                }
-            out[status] = json_body(error_ref, _ERROR_STATUSES[status], **headers)
-        return out
-
-    readiness = {
-        "type": "object",
-        "properties": {
-            "status": {"enum": ["ready", "not_ready"]},
-            "checks": {"type": "object", "additionalProperties": {"type": "string"}},
-        },
-        "required": ["status", "checks"],
-    }
-    sse_event = {  # OpenAPI 3.1: the schema of one server-sent event
-        "type": "object",
-        "properties": {
-            "data": {
-                "type": "string",
-                "description": "A chat.completion.chunk (JSON), an OpenAI error object (JSON) "
-                "after a failure, or the final [DONE].",
-            }
-        },
-        "required": ["data"],
-    }
-    operations: dict[tuple[str, str], dict[str, Any]] = {
-        ("/healthz", "get"): {
-            "200": json_body(
-                {
-                    "type": "object",
-                    "properties": {"status": {"const": "ok"}},
-                    "required": ["status"],
-                },
-                "The process is alive.",
-            ),
-            **errors("500"),
-        },
-        ("/readyz", "get"): {
-            "200": json_body(
-                readiness,
-                "This replica can serve: started, not draining, and the Conductor answered "
-                "within the cached window (the workers are not asked).",
-            ),
-            "503": json_body(
-                readiness, "Not ready (starting, draining, or the Conductor does not answer)."
-            ),
-            **errors("500"),
-        },
-        ("/metrics", "get"): {
-            "200": {
-                "description": "Prometheus text exposition.",
-                "headers": request_id,
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-            },
-            **errors("500"),
-        },
-        ("/v1/models", "get"): {
-            "200": json_body(models_ref, "The one served model."),
-            **errors("401", "429", "500"),
-        },
-        ("/v1/chat/completions", "post"): {
-            "200": {
-                "description": "A chat.completion, or with `stream: true` server-sent "
-                "chat.completion.chunk events ending with `data: [DONE]`.",
-                "headers": request_id,
-                "content": {
-                    "application/json": {"schema": response_ref},
-                    "text/event-stream": {"schema": sse_event},
-                },
-            },
-            **errors(
-                "400",
-                "401",
-                "404",
-                "408",
-                "413",
-                "429",
-                "500",
-                "502",
-                "504",
-                limited=rate_limited or concurrency_limited,
-            ),
-        },
-    }
-    operations[("/v1/responses", "post")] = {
-        **operations[("/v1/chat/completions", "post")],  # the same errors, as the same path
-        "200": {
-            "description": "A response object (OpenAI's Responses API, text only), or with "
-            "`stream: true` its server-sent events, from `response.created` to "
-            "`response.completed` (`response.incomplete` when cut to `max_output_tokens`; "
-            "`error` after a failure).",
-            "headers": request_id,
-            "content": {
-                "application/json": {"schema": RESPONSE_SCHEMA},
-                "text/event-stream": {"schema": sse_event},
-            },
-        },
-    }
-    operations[("/v1/completions", "post")] = {
-        **operations[("/v1/chat/completions", "post")],
-        "200": {
-            "description": "A text_completion, or with `stream: true` its server-sent chunks "
-            "ending with `data: [DONE]`.",
-            "headers": request_id,
-            "content": {
-                "application/json": {"schema": {"type": "object", "required": ["choices"]}},
-                "text/event-stream": {"schema": sse_event},
-            },
-        },
-    }
-    schemas = _narrow_request_schemas(defs.get("$defs", {}), config, pool)
-    schema = dict(base)
-    components = dict(schema.get("components") or {})
-    components["schemas"] = {**components.get("schemas", {}), **schemas}
+    schema = copy.deepcopy(base)
+    components = schema.setdefault("components", {})
+    published = components.setdefault("schemas", {})
+    for name, request_schema in _narrow_request_schemas(defs["$defs"], config, pool).items():
+        if published.get(name, request_schema) != request_schema:
+            raise ValueError(f"two schemas named {name!r}: rename one of the models")
+        published[name] = request_schema
     if auth_enabled:
         components["securitySchemes"] = {
             "apiKey": {"type": "http", "scheme": "bearer", "description": "A gateway API key."}
         }
-    schema["components"] = components
-    paths = {path: dict(item) for path, item in schema.get("paths", {}).items()}
-    question = "What is 6 times 7?"
-    bodies = {  # path -> (request body schema, example)
-        "/v1/chat/completions": (
-            request_ref,
-            {"model": config.model_name, "messages": [{"role": "user", "content": question}]},
-        ),
-        "/v1/completions": (completions_ref, {"model": config.model_name, "prompt": question}),
-        "/v1/responses": (responses_ref, {"model": config.model_name, "input": question}),
-    }
-    for (path, method), responses in operations.items():
-        operation = dict(paths.get(path, {}).get(method, {}))
-        operation["responses"] = responses
-        if path.startswith("/v1/") and auth_enabled:
-            operation["security"] = [{"apiKey": []}]
-        if path in bodies:
-            body_schema, example = bodies[path]
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": body_schema, "example": example}},
-            }
-        paths.setdefault(path, {})[method] = operation
-    schema["paths"] = paths
+    limits = {"rate": rate_limited, "concurrency": concurrency_limited}
+    for path, item in schema.get("paths", {}).items():
+        for operation in item.values():
+            responses = operation.get("responses", {})
+            if not auth_enabled:
+                responses.pop("401", None)
+            too_many = responses.get("429")
+            if too_many is not None and not any(limits[k] for k in too_many.pop(_LIMITS, ())):
+                del responses["429"]
+            if path.startswith("/v1/") and auth_enabled:
+                operation["security"] = [{"apiKey": []}]
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is not None and "model" in body.get("example", {}):
+                body["example"]["model"] = config.model_name
     return schema
+
+
+def openapi_of(
+    app: Any, config: GatewayConfig, pool: PoolConfig, gatekeeper: Gatekeeper
+) -> Callable[[], dict[str, Any]]:
+    """``app.openapi`` for a gateway app: its description (:func:`openapi_description`), built
+    once, for the deployment of ``config``, ``pool`` and ``gatekeeper`` (its keys and limits)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            base = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            app.openapi_schema = openapi_description(
+                base,
+                config=config,
+                pool=pool,
+                auth_enabled=gatekeeper.auth.enabled,
+                rate_limited=gatekeeper.rate_limited,
+                concurrency_limited=gatekeeper.concurrency_limited,
+            )
+        return app.openapi_schema
+
+    return openapi
 
 
 def _narrow_request_schemas(
@@ -268,8 +249,6 @@ def _narrow_request_schemas(
 ) -> dict[str, Any]:
     """Copies of the request schemas shared with the simulator, narrowed to what this gateway
     accepts (the rest, such as a conversation ending with a user message, is checked in code)."""
-    import copy
-
     schemas = copy.deepcopy(schemas)
     request = schemas["ChatCompletionRequest"]["properties"]
     request["model"]["anyOf"] = [{"enum": [config.model_name]}, {"type": "null"}]

@@ -882,3 +882,22 @@ class ModelList(OpenAIBaseModel):
 
     object: Literal["list"] = "list"
     data: list[ModelCard] = Field(default_factory=list)
+
+
+# -- probes ---------------------------------------------------------------------------------------
+
+
+class HealthStatus(BaseModel):
+    """The ``GET /healthz`` body: the process is alive."""
+
+    status: Literal["ok"]
+
+
+class ReadinessStatus(BaseModel):
+    """The ``GET /readyz`` body (200 ready, 503 not)."""
+
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, str] = Field(
+        description="Each check (gateway, conductor) and its result: ok..., or why not "
+        "(starting, draining, unreachable (ConnectError), HTTP 503, ...)."
+    )

@@ -12,7 +12,7 @@ protocol:
   it, a connection that sent part of a request gets a 408 and is closed; one that sent nothing is
   closed.
 * **body** (``body_timeout_s``): while the app reads a body, the app bounds the read
-  (:func:`conductor_core.serve.app.read_body`: 408, connection closed). After the app has
+  (:func:`conductor_core.serve.request_body.read_body`: 408, connection closed). After the app has
   answered without reading the whole body (a 401, 404 or 413), the client gets that long to
   finish sending it, then the connection is closed.
 
