@@ -60,6 +60,20 @@ SPLIT_SHARE = 0.8
 MAX_STEPS = 6
 
 
+def tracking_store(out: Path) -> str:
+    """The MLflow store of the bench's training runs, created once under a file lock (benches
+    started side by side would otherwise race to create its SQLite schema)."""
+    import fcntl
+
+    uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
+    with (out / ".mlflow.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        import mlflow
+
+        mlflow.MlflowClient(uri).search_experiments()  # creates and migrates the schema
+    return uri
+
+
 def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
     """Train (or reuse) the seed's Conductor; returns its model folder."""
     folder = out / f"train-{seed}"
@@ -74,7 +88,7 @@ def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
         "--set", f"data.problems={bundled_workflow_problems_path()}",
         "--set", f"data.pool={bundled_workflow_pool_path()}",
         "--set", "tracking.backend=mlflow",
-        "--set", f"tracking.tracking_uri=sqlite:///{out.resolve() / 'mlflow.db'}",
+        "--set", f"tracking.tracking_uri={tracking_store(out)}",
         "--set", f"tracking.run_name=workflows-seed-{seed}",
         "--set", "tracking.log_model=false",
     ]  # fmt: skip
@@ -209,7 +223,6 @@ def main(argv: list[str] | None = None) -> int:
         if p.metadata["split"] == args.split
     ]
     models = {} if args.no_train else {s: train(s, args.out, args.steps, args.set) for s in seeds}
-
 
     candidates = [f"single:{i}" for i in range(len(pool_cfg.workers))] + list(TOPOLOGIES)
     choice = oracle_choices(problems, candidates, pool_cfg, draws=ORACLE_DRAWS)
