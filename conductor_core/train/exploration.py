@@ -32,9 +32,10 @@ the floor or coverage acts, and the trainer scores those slots under the mask.
 
 Which workers a prompt offers comes from the data, not from the prompt's text: each training row
 carries its ``offered`` pool ids (:mod:`conductor_core.train.data`). ``generate`` only sees token
-ids, so the trainer (:func:`offered_trainer_class`) records, for each generation batch, every
-prompt's token ids with its row's offered ids (:class:`OfferedPrompts`), where TRL turns the rows'
-prompts into token ids; the exploration looks each generated row up there.
+ids, so the trainer (:class:`~conductor_core.train.trainers.OfferedGRPOTrainer`) records, for
+each generation batch, every prompt's token ids with its row's offered ids
+(:class:`OfferedPrompts`), where TRL turns the rows' prompts into token ids; the exploration looks
+each generated row up there.
 """
 
 from __future__ import annotations
@@ -43,12 +44,10 @@ import math
 import re
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
 from typing import Any
 
 from conductor_core.errors import ConfigError
 from conductor_core.train.generate_hook import generate_hook
-from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
 
 __all__ = [
     "IMPORTANCE_RATIO_CAP",
@@ -56,7 +55,6 @@ __all__ = [
     "OfferedPrompts",
     "RoutingProcessor",
     "importance_weights",
-    "offered_trainer_class",
     "routing_exploration",
     "routing_processor",
     "sampling_log_probs",
@@ -79,7 +77,8 @@ for variance."""
 class OfferedPrompts:
     """The pool ids each prompt of the current generation batch offers, keyed by the prompt's
     token ids (as ``generate`` gets them, without padding). Filled from the training rows'
-    ``offered`` column by the trainer (:func:`offered_trainer_class`), read by
+    ``offered`` column by the trainer
+    (:class:`~conductor_core.train.trainers.OfferedGRPOTrainer`), read by
     :func:`routing_exploration`."""
 
     def __init__(self) -> None:
@@ -377,8 +376,8 @@ def routing_exploration(
             missing = sum(w is None for w in workers)
             raise RuntimeError(
                 f"routing exploration: {missing} of {len(prompts)} prompts to generate were not "
-                f"recorded with their offered workers; generate through the trainer of "
-                f"offered_trainer_class() (it records each batch's rows)"
+                f"recorded with their offered workers; generate through "
+                f"conductor_core.train.trainers.OfferedGRPOTrainer (it records each batch's rows)"
             )
         covered = 0 if offered.coverage_paused else coverage
         return routing_processor(
@@ -396,219 +395,6 @@ def routing_exploration(
             yield model
     finally:
         offered.mask_tokens = None
-
-
-@cache
-def offered_trainer_class() -> type:
-    """TRL's ``GRPOTrainer`` that records, for each generation batch, the pool ids each prompt
-    offers (its row's ``offered`` column) in ``self.offered_prompts``, keyed by the token ids TRL
-    makes of the prompt: what :func:`routing_exploration` reads (built lazily: TRL is imported
-    here only)."""
-    from trl import GRPOTrainer
-
-    class OfferedGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer recording which workers each prompt of a generation batch offers."""
-
-        importance_ratio_cap: float = IMPORTANCE_RATIO_CAP
-
-        def __init__(self, *args: Any, plan_grammar_reward: Any = None, **kwargs: Any) -> None:
-            self.offered_prompts = OfferedPrompts()
-            self._batch_offered: list[Any] | None = None
-            # With `generation.plan_grammar`: the stage's reward (its problems, pool and solve
-            # options make each row's plan request), and the rows being generated.
-            self._grammar_reward = plan_grammar_reward
-            self._grammar: Any = None
-            self._batch_inputs: list[dict[str, Any]] | None = None
-            # The sampling masks of the rows being scored, by key (LOSS_MASKS): set while a batch
-            # is generated (TRL's old and reference log-probs are computed there), then carried
-            # with their rows through TRL's shuffle and split to the loss.
-            self._loss_masks: dict[str, Any] = {}
-            super().__init__(*args, **kwargs)
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-            self._batch_offered = [row.get("offered") for row in inputs]
-            self._batch_inputs = inputs
-            try:
-                output = super()._generate_and_score_completions(inputs)
-                output.update(self._loss_masks)  # travels with its rows to the loss
-                if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
-                    log_q = output.pop("sampling_per_token_logps", None)
-                    if log_q is not None:
-                        self._weight_off_policy_tokens(output, log_q)
-            finally:
-                self._batch_offered = None
-                self._batch_inputs = None
-                self._loss_masks = {}
-                self.offered_prompts.clear()
-            return output
-
-        def compute_loss(
-            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch=None
-        ) -> Any:
-            self._loss_masks = {k: inputs[k] for k in LOSS_MASKS if inputs.get(k) is not None}
-            try:
-                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            finally:
-                self._loss_masks = {}
-
-        def _get_per_token_logps_and_entropies(
-            self, model, input_ids, attention_mask, logits_to_keep, *args: Any, **kwargs: Any
-        ):
-            """TRL's log-probabilities, under the masks the rows being scored were sampled
-            under: the offered mask at masked slots
-            (:func:`~conductor_core.train.offered_mask.masked_log_probs`), the plan grammar in
-            rows sampled under it (:func:`~conductor_core.train.offered_mask.grammar_log_probs`)."""
-            slots = self._loss_masks.get("unoffered_slots")
-            allowed = self._loss_masks.get("grammar_allowed")
-            tokens = self.offered_prompts.mask_tokens
-            if slots is None or tokens is None or not bool(slots.any()):
-                slots = None
-            if allowed is None or bool(allowed.all()):
-                allowed = None
-            if slots is None and allowed is None:
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-                )
-            want = (input_ids.size(0), logits_to_keep)
-            for name, mask in (("offered mask", slots), ("plan grammar", allowed)):
-                if mask is not None and tuple(mask.shape[:2]) != want:
-                    raise RuntimeError(
-                        f"{name}: masks of shape {tuple(mask.shape)} for "
-                        f"{input_ids.size(0)} rows of {logits_to_keep} completion tokens"
-                    )
-            if slots is not None and allowed is not None:
-                raise RuntimeError("the offered mask and the plan grammar never mask one batch")
-            import torch
-
-            from conductor_core.train.offered_mask import (
-                backbone_and_head,
-                grammar_log_probs,
-                masked_log_probs,
-            )
-
-            backbone, head = backbone_and_head(self.accelerator.unwrap_model(model))
-            states: list[Any] = []
-
-            def keep(_module: Any, _args: Any, out: Any) -> None:
-                hidden = getattr(out, "last_hidden_state", None)
-                states.append(out[0] if hidden is None else hidden)
-
-            handle = backbone.register_forward_hook(keep)
-            try:
-                logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-                )
-            finally:
-                handle.remove()
-            hidden = torch.cat(states, dim=0)[:, -logits_to_keep - 1 : -1]
-            if slots is not None:
-                logps = masked_log_probs(
-                    logps, hidden, head, slots.to(logps.device), tokens, self.temperature
-                )
-            else:
-                logps = grammar_log_probs(
-                    logps, hidden, head, allowed.to(logps.device), self.temperature
-                )
-            return logps, entropies, aux
-
-        def _generate_single_turn(
-            self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
-        ):
-            processor = self._plan_grammar_processor(prompt_ids)
-            model = self.accelerator.unwrap_model(self.model)
-            with generating_under(model, processor):
-                completion_ids, logprobs = super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
-            if processor is not None:  # the loss scores the plans under the grammar they were
-                rows = len(prompt_ids)  # sampled from (set for TRL's old log-probs, too)
-                self._loss_masks["grammar_allowed"] = allowed_tensor(
-                    processor.allowed(),
-                    range(rows),
-                    rows,
-                    max((len(ids) for ids in completion_ids), default=0),
-                    self.accelerator.device,
-                )
-            masked = self.offered_prompts.take_slot_log()
-            if masked is not None and not self.use_vllm:
-                from conductor_core.train.offered_mask import slot_tensor
-
-                # Set for the rest of this batch's generation step: TRL computes old and
-                # reference log-probs there, which must be masked as the loss's are.
-                length = max((len(ids) for ids in completion_ids), default=0)
-                self._loss_masks["unoffered_slots"] = slot_tensor(
-                    masked, length, self.accelerator.device
-                )
-            log = self.offered_prompts.take_sampling_log()
-            if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
-                return completion_ids, logprobs
-            return completion_ids, sampling_log_probs(completion_ids, log)
-
-        def _plan_grammar_processor(self, prompt_ids: list[Any]) -> Any:
-            """With ``generation.plan_grammar``, a recording plan-grammar logits processor for
-            the rows being generated (each row's plan request: its question, the workers it
-            offers, the stage's solve options); else None."""
-            reward, inputs = self._grammar_reward, self._batch_inputs
-            if reward is None or inputs is None:
-                return None
-            if len(inputs) != len(prompt_ids):
-                raise RuntimeError(
-                    f"generation.plan_grammar: {len(prompt_ids)} prompts to generate for "
-                    f"{len(inputs)} rows"
-                )
-            from dataclasses import replace
-
-            from conductor_core.policy.plan_mask import PlanGrammar
-            from conductor_core.solve import plan_request
-
-            if self._grammar is None:
-                self._grammar = PlanGrammar(self.processing_class)
-            pool_size = len(reward.pool_config.workers)
-            requests = []
-            for row in inputs:
-                offered = tuple(row.get("offered") or range(pool_size))
-                options = replace(reward.options, worker_ids=offered)
-                question = reward.problems[row["problem_id"]].question
-                requests.append(plan_request(question, pool_size, options))
-            return self._grammar.processor(requests, record=True)
-
-        def _weight_off_policy_tokens(self, output: dict[str, Any], log_q: Any) -> None:
-            """Multiply the advantage of each token not sampled from the policy (``log_q`` not
-            NaN) by its truncated importance ratio (:func:`importance_weights`)."""
-            import torch
-
-            mask = output["completion_mask"]
-            if not bool((~torch.isnan(log_q) & mask.bool()).any()):
-                return
-            log_pi = output.get("old_per_token_logps")
-            if log_pi is None:  # one update per batch: the policy now is the one that sampled
-                completion = output["completion_ids"]
-                with torch.no_grad():
-                    log_pi, _, _ = self._get_per_token_logps_and_entropies(
-                        self.model,
-                        torch.cat([output["prompt_ids"], completion], dim=1),
-                        torch.cat([output["prompt_mask"], mask], dim=1),
-                        completion.size(1),
-                        batch_size=self.args.per_device_train_batch_size,
-                    )
-            weights, stats = importance_weights(log_pi, log_q, mask, self.importance_ratio_cap)
-            advantages = output["advantages"]
-            if advantages.dim() == 1:
-                advantages = advantages.unsqueeze(1)
-            output["advantages"] = advantages * weights
-            mode = "train" if self.model.training else "eval"
-            for name, value in stats.items():
-                self._metrics[mode][name].append(value)
-
-        def _tokenize_prompts(self, prompts: list) -> Any:
-            out = super()._tokenize_prompts(prompts)
-            rows = self._batch_offered
-            if rows is not None and len(rows) == len(out[0]):
-                # a row without the column is recorded offering nothing: sampled as it is
-                self.offered_prompts.record(out[0], [r or () for r in rows])
-            return out
-
-    return OfferedGRPOTrainer
 
 
 @contextmanager

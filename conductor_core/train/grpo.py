@@ -582,10 +582,8 @@ def build_trainer(
 ):
     """A GRPOTrainer (or the recursive subclass) wired to the Conductor reward; it records which
     workers each prompt offers, for the routing exploration
-    (:func:`~conductor_core.train.exploration.offered_trainer_class`)."""
+    (:class:`~conductor_core.train.trainers.OfferedGRPOTrainer`)."""
     require("trl", "train", "GRPO training")
-    from conductor_core.train.exploration import offered_trainer_class
-
     kwargs: dict[str, Any] = {
         "model": model,
         "reward_funcs": [reward],
@@ -596,11 +594,10 @@ def build_trainer(
         "peft_config": peft_config(config),
     }
     if config.stage == "recursive":
-        from conductor_core.train.recursive import make_recursive_trainer_class
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # before TRL's trainer is imported
+        from conductor_core.train.trainers import RecursiveGRPOTrainer
 
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        cls = make_recursive_trainer_class()
-        return cls(
+        return RecursiveGRPOTrainer(
             **kwargs,
             conductor_reward=reward,
             rounds=rounds or RoundState(),
@@ -608,8 +605,10 @@ def build_trainer(
             first_round_discount=config.recursive.first_round_discount,
             round2_grammar=config.recursive.round2_grammar,
         )
+    from conductor_core.train.trainers import OfferedGRPOTrainer
+
     grammar_reward = reward if config.generation.plan_grammar else None
-    return offered_trainer_class()(**kwargs, plan_grammar_reward=grammar_reward)
+    return OfferedGRPOTrainer(**kwargs, plan_grammar_reward=grammar_reward)
 
 
 def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: int) -> str:

@@ -1,5 +1,6 @@
-"""The recursive stage: a small GRPOTrainer subclass that forces part of each batch into a
-second round.
+"""The recursive stage: part of each batch forced into a second round (the trainer:
+:class:`~conductor_core.train.trainers.RecursiveGRPOTrainer`; here its layout, advantages, prompts
+and metrics).
 
 A generation batch holds ``B`` groups of ``G`` plans (one group per question). The first
 ``2 * pairs`` groups form ``pairs`` forced trajectories, ``pairs = round(B * forced_fraction / 2)``
@@ -34,18 +35,12 @@ then the keep plan or one that parses.
 
 from __future__ import annotations
 
-import asyncio
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from conductor_core.outcome import Outcome
-from conductor_core.policy.base import PlanRequest, PreviousRound
-from conductor_core.solve import plan_request
-from conductor_core.train.exploration import offered_trainer_class, without_coverage
-from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
-from conductor_core.train.reward import ConductorReward, RoundState
+from conductor_core.policy.base import PlanRequest
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.parser import try_parse_plan
 from conductor_core.workflow.prompts import plan_messages
@@ -111,217 +106,6 @@ def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bo
         allow_empty=True,
     )
     return workflow is not None and workflow.is_keep
-
-
-def make_recursive_trainer_class():
-    """Build the subclass lazily (TRL is imported only here). It derives from
-    :func:`~conductor_core.train.exploration.offered_trainer_class`, so round-1 prompts are
-    recorded with their offered workers for the routing exploration."""
-    base: Any = offered_trainer_class()
-
-    class RecursiveGRPOTrainer(base):
-        """GRPOTrainer with forced second rounds (see the module docstring)."""
-
-        def __init__(
-            self,
-            *args: Any,
-            conductor_reward: ConductorReward,
-            rounds: RoundState,
-            forced_fraction: float = 0.5,
-            first_round_discount: float = 0.25,
-            round2_grammar: bool = False,
-            **kwargs: Any,
-        ) -> None:
-            super().__init__(*args, **kwargs)
-            self.conductor_reward = conductor_reward
-            self.rounds = rounds
-            # The stage's plan format and prompt style, as the reward scores plans.
-            self.options = conductor_reward.options
-            self.forced_fraction = forced_fraction
-            self.first_round_discount = first_round_discount
-            self.round2_grammar = round2_grammar
-            self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
-            self._batch: _Batch | None = None
-            self.round_stats: dict[str, float] = {}
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-            g = self.num_generations
-            mode = "train" if self.model.training else "eval"
-            self.rounds.clear()
-            pairs = 0
-            if mode == "train":
-                acc = self.accelerator
-                pairs = rank_pairs(
-                    len(inputs) // g, self.forced_fraction, acc.process_index, acc.num_processes
-                )
-            batch = _Batch(inputs=inputs, pairs=pairs)
-            batch.first_rows, batch.second_rows = pair_rows(pairs, g)
-            for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
-                inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
-            self._batch = batch
-            try:
-                output = super()._generate_and_score_completions(inputs)
-            finally:
-                self._batch = None
-            discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
-            self._measure_against_keeping(output["advantages"], batch)
-            self._log_rounds(batch, mode)
-            return output
-
-        def _measure_against_keeping(self, advantages: Any, batch: _Batch) -> None:
-            """Round-2 advantages against the exact value of keeping: the final reward minus the
-            reward of the round-1 answer the row continues (see the module docstring)."""
-            outcomes = self.conductor_reward.last_outcomes
-            reward = self.conductor_reward
-            for row, source in zip(batch.second_rows, batch.first_rows, strict=True):
-                if row >= advantages.shape[0] or row >= len(outcomes):
-                    continue  # another process holds it
-                first = self.rounds.cached.get(source)
-                final = reward.adjusted(outcomes[row])
-                kept = None if first is None else first.kept_reward
-                advantages[row] = 0.0 if final is None or kept is None else final - kept
-
-        def _log_rounds(self, batch: _Batch, mode: str) -> None:
-            """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
-            outcomes = self.conductor_reward.last_outcomes
-            if not batch.second_rows or len(outcomes) < len(batch.inputs):
-                return
-            seconds = [outcomes[r] for r in batch.second_rows]
-            firsts = [outcomes[r] for r in batch.first_rows]
-            got = recursion_metrics(firsts, seconds)
-            parsed = [o for o in seconds if o.plan_ok]
-            forced = [outcomes[r] for r in batch.first_rows]
-            stats = {
-                "recursion/second_round_rows": float(len(batch.second_rows)),
-                # Round-1 format errors, the keep plan among them: what round 2 learns leaking
-                # into round 1 shows here first.
-                "recursion/first_format_error_rate": sum(o.format_error for o in forced)
-                / len(forced),
-                "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed)
-                if parsed
-                else 0.0,
-                **{
-                    f"recursion/{key}": got[key]
-                    for key in (
-                        "keep_when_right",
-                        "keep_when_wrong",
-                        "keep_discrimination",
-                        "answer_kept_when_right",
-                        "revise_when_wrong",
-                        "new_plan_discrimination",
-                        "first_reward",
-                        "final_reward",
-                    )
-                },
-            }
-            self.round_stats = stats
-            for name, value in stats.items():
-                self._metrics[mode][name].append(value)
-
-        def _generate_single_turn(
-            self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
-        ):
-            batch = self._batch
-            if batch is None or not batch.pairs or images is not None:
-                return super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
-            second = set(batch.second_rows)
-            firsts = [r for r in range(len(prompt_ids)) if r not in second]
-            comp1, lp1 = super()._generate_single_turn(
-                [prompt_ids[r] for r in firsts], None, multimodal_fields, num_generations
-            )
-            completion_ids: list[Any] = [None] * len(prompt_ids)
-            for k, r in enumerate(firsts):
-                completion_ids[r] = comp1[k]
-            texts = self.processing_class.batch_decode(
-                [completion_ids[r] for r in batch.first_rows], skip_special_tokens=True
-            )
-            round2_ids, requests = self._second_round_prompts(batch, texts)
-            processor = self._round2_processor(requests)
-            model = self.accelerator.unwrap_model(self.model)
-            with without_coverage(self.offered_prompts), generating_under(model, processor):
-                comp2, lp2 = super()._generate_single_turn(round2_ids, None, {}, 1)
-            for k, r in enumerate(batch.second_rows):
-                prompt_ids[r] = round2_ids[k]  # the caller keeps this list as the prompts
-                completion_ids[r] = comp2[k]
-            if processor is not None:  # the loss scores round 2 under the grammar it was sampled
-                self._loss_masks["grammar_allowed"] = allowed_tensor(
-                    processor.allowed(),
-                    batch.second_rows,
-                    len(prompt_ids),
-                    max(len(ids) for ids in completion_ids),
-                    self.accelerator.device,
-                )
-            if lp1 is None and lp2 is None:
-                return completion_ids, None
-            # Sampling log-probs for every row; NaN (sampled from the policy, no correction)
-            # where a call returned none.
-            logprobs: list[Any] = [None] * len(prompt_ids)
-            for rows, comps, lps in ((firsts, comp1, lp1), (batch.second_rows, comp2, lp2)):
-                for k, r in enumerate(rows):
-                    logprobs[r] = lps[k] if lps is not None else [math.nan] * len(comps[k])
-            return completion_ids, logprobs
-
-        def _round2_processor(self, requests: list[PlanRequest]) -> Any:
-            """With ``round2_grammar``, a recording plan-grammar logits processor for round 2's
-            requests (in row order); else None."""
-            if not self.round2_grammar:
-                return None
-            if self._grammar is None:
-                from conductor_core.policy.plan_mask import PlanGrammar
-
-                self._grammar = PlanGrammar(self.processing_class)
-            return self._grammar.processor(requests, record=True)
-
-        def _second_round_prompts(
-            self, batch: _Batch, texts: list[str]
-        ) -> tuple[list[list[int]], list[PlanRequest]]:
-            """Run the round-1 plans, cache their outcomes and build the round-2 prompts: their
-            token ids and their requests (what the plan grammar of each is made from)."""
-            rows = batch.first_rows
-            inputs = batch.inputs
-            step = int(self.state.global_step)
-            coro = self.conductor_reward.score(
-                texts,
-                [inputs[r]["problem_id"] for r in rows],
-                [inputs[r].get("offered") for r in rows],
-                base_index=(step + 1) * 1_000_003,
-            )
-            outcomes = asyncio.run_coroutine_threadsafe(coro, self.async_loop_or_new()).result()
-            by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
-            for r, (_, outcome) in by_row.items():
-                self.rounds.cached[r] = outcome
-            tokenizer = self.processing_class
-            pool_size = len(self.conductor_reward.pool_config.workers)
-            ids: list[list[int]] = []
-            requests: list[PlanRequest] = []
-            offered_rows: list[list[int]] = []
-            for r2, source in zip(batch.second_rows, batch.first_rows, strict=True):
-                text, outcome = by_row[source]
-                offered = inputs[source].get("offered") or list(range(pool_size))
-                previous = PreviousRound(plan=text, answer=outcome.answer)
-                self.rounds.previous[r2] = previous
-                if outcome.infra_error:
-                    self.rounds.excluded.add(r2)
-                problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
-                options = replace(self.options, worker_ids=tuple(offered))
-                request = plan_request(problem.question, pool_size, options, previous=previous)
-                ids.append(prompt_token_ids(tokenizer, request))
-                requests.append(request)
-                offered_rows.append(offered)
-            # The routing floor looks each prompt up with the workers it offers.
-            self.offered_prompts.record(ids, offered_rows)
-            return ids, requests
-
-        def async_loop_or_new(self):
-            """TRL's reward event loop (started because the reward is async)."""
-            loop = getattr(self, "async_loop", None)
-            if loop is None:
-                raise RuntimeError("the recursive stage needs an async reward function")
-            return loop
-
-    return RecursiveGRPOTrainer
 
 
 def prompt_token_ids(tokenizer: Any, request: PlanRequest) -> list[int]:

@@ -169,15 +169,17 @@ def test_async_reward_loop_and_metrics_are_what_the_recursive_trainer_uses(score
 
 
 def test_each_prompt_is_generated_with_the_workers_its_row_offers(make_trainer, tmp_path):
-    """The offered-workers recorder (train/exploration.py): TRL tokenizes the rows' prompts in
-    row order, so every prompt ``generate`` gets is recorded with its row's ``offered`` ids, and
-    the routing exploration samples only those (coverage writes each offered id)."""
-    from conductor_core.train.exploration import offered_trainer_class, routing_exploration
+    """The offered-workers recorder (train/trainers.py, OfferedGRPOTrainer): TRL tokenizes the
+    rows' prompts in row order, so every prompt ``generate`` gets is recorded with its row's
+    ``offered`` ids, and the routing exploration samples only those (coverage writes each offered
+    id)."""
+    from conductor_core.train.exploration import routing_exploration
+    from conductor_core.train.trainers import OfferedGRPOTrainer
 
     offered = [[1, 3]] * GROUP + [[0, 2]] * GROUP
     seen: list[list[tuple[int, ...] | None]] = []
 
-    class Watching(offered_trainer_class()):
+    class Watching(OfferedGRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             seen.append([self.offered_prompts.get(ids) for ids in prompt_ids])
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
@@ -354,9 +356,9 @@ def test_a_token_not_sampled_from_the_policy_gets_its_truncated_importance_weigh
 
     import torch
 
-    from conductor_core.train.exploration import offered_trainer_class
+    from conductor_core.train.trainers import OfferedGRPOTrainer
 
-    class Recorded(offered_trainer_class()):
+    class Recorded(OfferedGRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             # What the routing exploration leaves after its generate call.
             self.offered_prompts.sampling_log = [{}, {0: math.log(0.5)}]
@@ -427,9 +429,9 @@ def test_a_masked_slot_is_scored_under_the_mask_in_trls_batch_and_loss(make_trai
 
     import torch
 
-    from conductor_core.train.exploration import offered_trainer_class
+    from conductor_core.train.trainers import OfferedGRPOTrainer
 
-    class Recorded(offered_trainer_class()):
+    class Recorded(OfferedGRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             # What the routing exploration leaves after a generate call under the mask.
             self.offered_prompts.slot_log = [{}, {0: 0b0101}] + [{}] * (len(prompt_ids) - 2)
@@ -469,10 +471,10 @@ def test_a_grammar_sampled_row_is_scored_under_the_grammar_in_trls_batch_and_los
 
     import torch
 
-    from conductor_core.train.exploration import offered_trainer_class
     from conductor_core.train.grammar_sampling import allowed_tensor
+    from conductor_core.train.trainers import OfferedGRPOTrainer
 
-    class Recorded(offered_trainer_class()):
+    class Recorded(OfferedGRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
             # What the recursive stage leaves after sampling row 1 under a grammar that allowed

@@ -3,7 +3,9 @@
 * no import cycle among its modules, counting the imports that run when a module is imported
   (module level, class bodies, module-level ``if``/``try``), not those inside functions nor in
   ``if TYPE_CHECKING:`` blocks;
-* Kubernetes and Kubeflow (``kubernetes``, ``kfp``) imported only under ``conductor_core/cluster/``.
+* Kubernetes and Kubeflow (``kubernetes``, ``kfp``) imported only under ``conductor_core/cluster/``;
+* TRL imported at import time by ``conductor_core.train.trainers`` only, which no module imports at
+  import time (its callers import it inside functions).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 PACKAGE = "conductor_core"
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_ONLY = ("kubernetes", "kfp")
+TRAINERS = f"{PACKAGE}.train.trainers"
 
 Edge = tuple[str, str, int]  # (target module, file, line)
 
@@ -230,3 +233,19 @@ def test_cluster_libraries_only_under_cluster() -> None:
                 if name.split(".")[0] in CLUSTER_ONLY:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: imports {name}")
     assert not offenders, "only conductor_core/cluster/ may import these:\n" + "\n".join(offenders)
+
+
+def test_trl_loads_only_with_the_trainers_module() -> None:
+    """Importing any module of the package but train/trainers.py leaves TRL unloaded: only that
+    module imports TRL at import time, and no module imports it at import time."""
+    importers = set()
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _import_time_nodes(tree.body):
+            names = _imported_names(node, module, path.name == "__init__.py")
+            if any(name.split(".")[0] == "trl" for name in names):
+                importers.add(f"{module} ({path.relative_to(ROOT)}:{node.lineno})")
+    assert [i.split(" ")[0] for i in importers] == [TRAINERS], sorted(importers)
+    through = [edge for edges in import_graph().values() for edge in edges.values()]
+    at_import = [f"{file}:{line}" for target, file, line in through if target == TRAINERS]
+    assert not at_import, f"import {TRAINERS} inside functions (it imports TRL): {at_import}"

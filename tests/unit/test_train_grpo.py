@@ -36,8 +36,9 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     import torch
 
     from conductor_core.outcome import Outcome
-    from conductor_core.train.recursive import _Batch, make_recursive_trainer_class
+    from conductor_core.train.recursive import _Batch
     from conductor_core.train.reward import RoundState
+    from conductor_core.train.trainers import RecursiveGRPOTrainer
 
     def scored(reward):
         return Outcome(reward=reward, domain="math", correct=reward == 1.0, answer="42")
@@ -52,7 +53,7 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     )
     batch = _Batch(inputs=[], pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
     advantages = torch.full((8, 3), 9.0)  # per-token advantages, as the correction leaves them
-    measure = make_recursive_trainer_class()._measure_against_keeping
+    measure = RecursiveGRPOTrainer._measure_against_keeping
     measure(trainer, advantages, batch)
     assert advantages[:4].eq(9.0).all()  # round 1: GRPO's own
     assert advantages[4:, 0].tolist() == [0.0, -0.5, 0.5, 0.0]

@@ -2,7 +2,7 @@
 these tests fail on a version outside that window):
 
 - the private GRPOTrainer methods the recursive trainer and the offered-workers recorder
-  (train/exploration.py) override keep their signatures;
+  (train/trainers.py) override keep their signatures;
 - the installed versions lie inside the pins, and the ``vllm`` pin inside TRL's vLLM window.
 
 What a real GRPOTrainer does with them: tests/integration/test_trl_trainer_contract.py.
@@ -95,8 +95,7 @@ def parameters(func) -> list[tuple[str, object]]:
 def test_overridden_private_methods_keep_their_signatures():
     from trl import GRPOTrainer
 
-    from conductor_core.train.exploration import offered_trainer_class
-    from conductor_core.train.recursive import make_recursive_trainer_class
+    from conductor_core.train.trainers import OfferedGRPOTrainer, RecursiveGRPOTrainer
 
     empty = inspect.Parameter.empty
     expected = {
@@ -110,12 +109,12 @@ def test_overridden_private_methods_keep_their_signatures():
             ("has_tool_images", False),
         ],
     }
-    recursive = make_recursive_trainer_class()
+    recursive = RecursiveGRPOTrainer
     for name, params in expected.items():
         assert parameters(getattr(GRPOTrainer, name)) == params, name
         assert parameters(getattr(recursive, name)) == params, name
     # the trainer that records each prompt's offered workers (routing exploration)
-    offered = offered_trainer_class()
+    offered = OfferedGRPOTrainer
     assert issubclass(recursive, offered) and issubclass(offered, GRPOTrainer)
     # the offered mask: the log-probabilities it masks and the loss hook that scopes it
     logps = parameters(GRPOTrainer._get_per_token_logps_and_entropies)[:5]

@@ -1,0 +1,448 @@
+"""The training stages' ``GRPOTrainer`` subclasses, in one place.
+
+* :class:`OfferedGRPOTrainer` (every stage but the recursive one): records which workers each
+  prompt of a generation batch offers, for the routing exploration
+  (:mod:`~conductor_core.train.exploration`), applies the importance correction of the tokens the
+  exploration changed, scores the loss under the adaptive stage's offered mask
+  (:mod:`~conductor_core.train.offered_mask`) and, with ``generation.plan_grammar``, samples round 1
+  under the plan grammar (:mod:`~conductor_core.train.grammar_sampling`).
+* :class:`RecursiveGRPOTrainer` (the recursive stage, :mod:`~conductor_core.train.recursive`):
+  the former with part of each batch forced into a second round.
+
+The helpers they call live with their subject in those modules; this one holds the classes only.
+It imports TRL at module level, so its callers (:func:`~conductor_core.train.grpo.build_trainer`)
+import it inside functions: importing the rest of ``conductor_core.train`` does not load TRL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from conductor_core.policy.base import PlanRequest, PreviousRound
+from conductor_core.policy.plan_mask import PlanGrammar
+from conductor_core.solve import plan_request
+from conductor_core.train.exploration import (
+    IMPORTANCE_RATIO_CAP,
+    LOSS_MASKS,
+    OfferedPrompts,
+    importance_weights,
+    sampling_log_probs,
+    without_coverage,
+)
+from conductor_core.train.grammar_sampling import allowed_tensor, generating_under
+from conductor_core.train.offered_mask import (
+    backbone_and_head,
+    grammar_log_probs,
+    masked_log_probs,
+    slot_tensor,
+)
+from conductor_core.train.recursive import (
+    _Batch,
+    discount_rows,
+    pair_rows,
+    prompt_token_ids,
+    rank_pairs,
+    recursion_metrics,
+)
+from conductor_core.train.reward import ConductorReward, RoundState
+
+__all__ = ["OfferedGRPOTrainer", "RecursiveGRPOTrainer"]
+
+
+class OfferedGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` that records, for each generation batch, the pool ids each prompt
+    offers (its row's ``offered`` column) in ``self.offered_prompts``, keyed by the token ids TRL
+    makes of the prompt: what :func:`~conductor_core.train.exploration.routing_exploration`
+    reads. It weights the tokens the exploration changed by their truncated importance ratios,
+    scores the loss under the sampling masks of its rows and, with ``plan_grammar_reward`` (the
+    stage's reward, under ``generation.plan_grammar``), samples under the plan grammar."""
+
+    importance_ratio_cap: float = IMPORTANCE_RATIO_CAP
+
+    def __init__(self, *args: Any, plan_grammar_reward: Any = None, **kwargs: Any) -> None:
+        self.offered_prompts = OfferedPrompts()
+        self._batch_offered: list[Any] | None = None
+        # With `generation.plan_grammar`: the stage's reward (its problems, pool and solve
+        # options make each row's plan request), and the rows being generated.
+        self._grammar_reward = plan_grammar_reward
+        self._grammar: Any = None
+        self._batch_inputs: list[dict[str, Any]] | None = None
+        # The sampling masks of the rows being scored, by key (LOSS_MASKS): set while a batch
+        # is generated (TRL's old and reference log-probs are computed there), then carried
+        # with their rows through TRL's shuffle and split to the loss.
+        self._loss_masks: dict[str, Any] = {}
+        super().__init__(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._batch_offered = [row.get("offered") for row in inputs]
+        self._batch_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            output.update(self._loss_masks)  # travels with its rows to the loss
+            if not self.use_vllm:  # vLLM's sampling log-probs are TRL's own correction's
+                log_q = output.pop("sampling_per_token_logps", None)
+                if log_q is not None:
+                    self._weight_off_policy_tokens(output, log_q)
+        finally:
+            self._batch_offered = None
+            self._batch_inputs = None
+            self._loss_masks = {}
+            self.offered_prompts.clear()
+        return output
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch=None
+    ) -> Any:
+        self._loss_masks = {k: inputs[k] for k in LOSS_MASKS if inputs.get(k) is not None}
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._loss_masks = {}
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, *args: Any, **kwargs: Any
+    ):
+        """TRL's log-probabilities, under the masks the rows being scored were sampled
+        under: the offered mask at masked slots
+        (:func:`~conductor_core.train.offered_mask.masked_log_probs`), the plan grammar in
+        rows sampled under it (:func:`~conductor_core.train.offered_mask.grammar_log_probs`)."""
+        slots = self._loss_masks.get("unoffered_slots")
+        allowed = self._loss_masks.get("grammar_allowed")
+        tokens = self.offered_prompts.mask_tokens
+        if slots is None or tokens is None or not bool(slots.any()):
+            slots = None
+        if allowed is None or bool(allowed.all()):
+            allowed = None
+        if slots is None and allowed is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        want = (input_ids.size(0), logits_to_keep)
+        for name, mask in (("offered mask", slots), ("plan grammar", allowed)):
+            if mask is not None and tuple(mask.shape[:2]) != want:
+                raise RuntimeError(
+                    f"{name}: masks of shape {tuple(mask.shape)} for "
+                    f"{input_ids.size(0)} rows of {logits_to_keep} completion tokens"
+                )
+        if slots is not None and allowed is not None:
+            raise RuntimeError("the offered mask and the plan grammar never mask one batch")
+        backbone, head = backbone_and_head(self.accelerator.unwrap_model(model))
+        states: list[Any] = []
+
+        def keep(_module: Any, _args: Any, out: Any) -> None:
+            hidden = getattr(out, "last_hidden_state", None)
+            states.append(out[0] if hidden is None else hidden)
+
+        handle = backbone.register_forward_hook(keep)
+        try:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        finally:
+            handle.remove()
+        hidden = torch.cat(states, dim=0)[:, -logits_to_keep - 1 : -1]
+        if slots is not None:
+            logps = masked_log_probs(
+                logps, hidden, head, slots.to(logps.device), tokens, self.temperature
+            )
+        else:
+            logps = grammar_log_probs(
+                logps, hidden, head, allowed.to(logps.device), self.temperature
+            )
+        return logps, entropies, aux
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        processor = self._plan_grammar_processor(prompt_ids)
+        model = self.accelerator.unwrap_model(self.model)
+        with generating_under(model, processor):
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        if processor is not None:  # the loss scores the plans under the grammar they were
+            rows = len(prompt_ids)  # sampled from (set for TRL's old log-probs, too)
+            self._loss_masks["grammar_allowed"] = allowed_tensor(
+                processor.allowed(),
+                range(rows),
+                rows,
+                max((len(ids) for ids in completion_ids), default=0),
+                self.accelerator.device,
+            )
+        masked = self.offered_prompts.take_slot_log()
+        if masked is not None and not self.use_vllm:
+            # Set for the rest of this batch's generation step: TRL computes old and
+            # reference log-probs there, which must be masked as the loss's are.
+            length = max((len(ids) for ids in completion_ids), default=0)
+            self._loss_masks["unoffered_slots"] = slot_tensor(
+                masked, length, self.accelerator.device
+            )
+        log = self.offered_prompts.take_sampling_log()
+        if self.use_vllm or log is None:  # vLLM's are its own; None: nothing was changed
+            return completion_ids, logprobs
+        return completion_ids, sampling_log_probs(completion_ids, log)
+
+    def _plan_grammar_processor(self, prompt_ids: list[Any]) -> Any:
+        """With ``generation.plan_grammar``, a recording plan-grammar logits processor for
+        the rows being generated (each row's plan request: its question, the workers it
+        offers, the stage's solve options); else None."""
+        reward, inputs = self._grammar_reward, self._batch_inputs
+        if reward is None or inputs is None:
+            return None
+        if len(inputs) != len(prompt_ids):
+            raise RuntimeError(
+                f"generation.plan_grammar: {len(prompt_ids)} prompts to generate for "
+                f"{len(inputs)} rows"
+            )
+        if self._grammar is None:
+            self._grammar = PlanGrammar(self.processing_class)
+        pool_size = len(reward.pool_config.workers)
+        requests = []
+        for row in inputs:
+            offered = tuple(row.get("offered") or range(pool_size))
+            options = replace(reward.options, worker_ids=offered)
+            question = reward.problems[row["problem_id"]].question
+            requests.append(plan_request(question, pool_size, options))
+        return self._grammar.processor(requests, record=True)
+
+    def _weight_off_policy_tokens(self, output: dict[str, Any], log_q: Any) -> None:
+        """Multiply the advantage of each token not sampled from the policy (``log_q`` not
+        NaN) by its truncated importance ratio
+        (:func:`~conductor_core.train.exploration.importance_weights`)."""
+        mask = output["completion_mask"]
+        if not bool((~torch.isnan(log_q) & mask.bool()).any()):
+            return
+        log_pi = output.get("old_per_token_logps")
+        if log_pi is None:  # one update per batch: the policy now is the one that sampled
+            completion = output["completion_ids"]
+            with torch.no_grad():
+                log_pi, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    torch.cat([output["prompt_ids"], completion], dim=1),
+                    torch.cat([output["prompt_mask"], mask], dim=1),
+                    completion.size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+        weights, stats = importance_weights(log_pi, log_q, mask, self.importance_ratio_cap)
+        advantages = output["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        output["advantages"] = advantages * weights
+        mode = "train" if self.model.training else "eval"
+        for name, value in stats.items():
+            self._metrics[mode][name].append(value)
+
+    def _tokenize_prompts(self, prompts: list) -> Any:
+        out = super()._tokenize_prompts(prompts)
+        rows = self._batch_offered
+        if rows is not None and len(rows) == len(out[0]):
+            # a row without the column is recorded offering nothing: sampled as it is
+            self.offered_prompts.record(out[0], [r or () for r in rows])
+        return out
+
+
+class RecursiveGRPOTrainer(OfferedGRPOTrainer):
+    """:class:`OfferedGRPOTrainer` with forced second rounds (the recursive stage:
+    :mod:`~conductor_core.train.recursive`)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        conductor_reward: ConductorReward,
+        rounds: RoundState,
+        forced_fraction: float = 0.5,
+        first_round_discount: float = 0.25,
+        round2_grammar: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.conductor_reward = conductor_reward
+        self.rounds = rounds
+        # The stage's plan format and prompt style, as the reward scores plans.
+        self.options = conductor_reward.options
+        self.forced_fraction = forced_fraction
+        self.first_round_discount = first_round_discount
+        self.round2_grammar = round2_grammar
+        self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
+        self._batch: _Batch | None = None
+        self.round_stats: dict[str, float] = {}
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        g = self.num_generations
+        mode = "train" if self.model.training else "eval"
+        self.rounds.clear()
+        pairs = 0
+        if mode == "train":
+            acc = self.accelerator
+            pairs = rank_pairs(
+                len(inputs) // g, self.forced_fraction, acc.process_index, acc.num_processes
+            )
+        batch = _Batch(inputs=inputs, pairs=pairs)
+        batch.first_rows, batch.second_rows = pair_rows(pairs, g)
+        for r1, r2 in zip(batch.first_rows, batch.second_rows, strict=True):
+            inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
+        self._batch = batch
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._batch = None
+        discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
+        self._measure_against_keeping(output["advantages"], batch)
+        self._log_rounds(batch, mode)
+        return output
+
+    def _measure_against_keeping(self, advantages: Any, batch: _Batch) -> None:
+        """Round-2 advantages against the exact value of keeping: the final reward minus the
+        reward of the round-1 answer the row continues (see the module docstring)."""
+        outcomes = self.conductor_reward.last_outcomes
+        reward = self.conductor_reward
+        for row, source in zip(batch.second_rows, batch.first_rows, strict=True):
+            if row >= advantages.shape[0] or row >= len(outcomes):
+                continue  # another process holds it
+            first = self.rounds.cached.get(source)
+            final = reward.adjusted(outcomes[row])
+            kept = None if first is None else first.kept_reward
+            advantages[row] = 0.0 if final is None or kept is None else final - kept
+
+    def _log_rounds(self, batch: _Batch, mode: str) -> None:
+        """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
+        outcomes = self.conductor_reward.last_outcomes
+        if not batch.second_rows or len(outcomes) < len(batch.inputs):
+            return
+        seconds = [outcomes[r] for r in batch.second_rows]
+        firsts = [outcomes[r] for r in batch.first_rows]
+        got = recursion_metrics(firsts, seconds)
+        parsed = [o for o in seconds if o.plan_ok]
+        forced = [outcomes[r] for r in batch.first_rows]
+        stats = {
+            "recursion/second_round_rows": float(len(batch.second_rows)),
+            # Round-1 format errors, the keep plan among them: what round 2 learns leaking
+            # into round 1 shows here first.
+            "recursion/first_format_error_rate": sum(o.format_error for o in forced) / len(forced),
+            "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed)
+            if parsed
+            else 0.0,
+            **{
+                f"recursion/{key}": got[key]
+                for key in (
+                    "keep_when_right",
+                    "keep_when_wrong",
+                    "keep_discrimination",
+                    "answer_kept_when_right",
+                    "revise_when_wrong",
+                    "new_plan_discrimination",
+                    "first_reward",
+                    "final_reward",
+                )
+            },
+        }
+        self.round_stats = stats
+        for name, value in stats.items():
+            self._metrics[mode][name].append(value)
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        batch = self._batch
+        if batch is None or not batch.pairs or images is not None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        second = set(batch.second_rows)
+        firsts = [r for r in range(len(prompt_ids)) if r not in second]
+        comp1, lp1 = super()._generate_single_turn(
+            [prompt_ids[r] for r in firsts], None, multimodal_fields, num_generations
+        )
+        completion_ids: list[Any] = [None] * len(prompt_ids)
+        for k, r in enumerate(firsts):
+            completion_ids[r] = comp1[k]
+        texts = self.processing_class.batch_decode(
+            [completion_ids[r] for r in batch.first_rows], skip_special_tokens=True
+        )
+        round2_ids, requests = self._second_round_prompts(batch, texts)
+        processor = self._round2_processor(requests)
+        model = self.accelerator.unwrap_model(self.model)
+        with without_coverage(self.offered_prompts), generating_under(model, processor):
+            comp2, lp2 = super()._generate_single_turn(round2_ids, None, {}, 1)
+        for k, r in enumerate(batch.second_rows):
+            prompt_ids[r] = round2_ids[k]  # the caller keeps this list as the prompts
+            completion_ids[r] = comp2[k]
+        if processor is not None:  # the loss scores round 2 under the grammar it was sampled
+            self._loss_masks["grammar_allowed"] = allowed_tensor(
+                processor.allowed(),
+                batch.second_rows,
+                len(prompt_ids),
+                max(len(ids) for ids in completion_ids),
+                self.accelerator.device,
+            )
+        if lp1 is None and lp2 is None:
+            return completion_ids, None
+        # Sampling log-probs for every row; NaN (sampled from the policy, no correction)
+        # where a call returned none.
+        logprobs: list[Any] = [None] * len(prompt_ids)
+        for rows, comps, lps in ((firsts, comp1, lp1), (batch.second_rows, comp2, lp2)):
+            for k, r in enumerate(rows):
+                logprobs[r] = lps[k] if lps is not None else [math.nan] * len(comps[k])
+        return completion_ids, logprobs
+
+    def _round2_processor(self, requests: list[PlanRequest]) -> Any:
+        """With ``round2_grammar``, a recording plan-grammar logits processor for round 2's
+        requests (in row order); else None."""
+        if not self.round2_grammar:
+            return None
+        if self._grammar is None:
+            self._grammar = PlanGrammar(self.processing_class)
+        return self._grammar.processor(requests, record=True)
+
+    def _second_round_prompts(
+        self, batch: _Batch, texts: list[str]
+    ) -> tuple[list[list[int]], list[PlanRequest]]:
+        """Run the round-1 plans, cache their outcomes and build the round-2 prompts: their
+        token ids and their requests (what the plan grammar of each is made from)."""
+        rows = batch.first_rows
+        inputs = batch.inputs
+        step = int(self.state.global_step)
+        coro = self.conductor_reward.score(
+            texts,
+            [inputs[r]["problem_id"] for r in rows],
+            [inputs[r].get("offered") for r in rows],
+            base_index=(step + 1) * 1_000_003,
+        )
+        outcomes = asyncio.run_coroutine_threadsafe(coro, self.async_loop_or_new()).result()
+        by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
+        for r, (_, outcome) in by_row.items():
+            self.rounds.cached[r] = outcome
+        tokenizer = self.processing_class
+        pool_size = len(self.conductor_reward.pool_config.workers)
+        ids: list[list[int]] = []
+        requests: list[PlanRequest] = []
+        offered_rows: list[list[int]] = []
+        for r2, source in zip(batch.second_rows, batch.first_rows, strict=True):
+            text, outcome = by_row[source]
+            offered = inputs[source].get("offered") or list(range(pool_size))
+            previous = PreviousRound(plan=text, answer=outcome.answer)
+            self.rounds.previous[r2] = previous
+            if outcome.infra_error:
+                self.rounds.excluded.add(r2)
+            problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
+            options = replace(self.options, worker_ids=tuple(offered))
+            request = plan_request(problem.question, pool_size, options, previous=previous)
+            ids.append(prompt_token_ids(tokenizer, request))
+            requests.append(request)
+            offered_rows.append(offered)
+        # The routing floor looks each prompt up with the workers it offers.
+        self.offered_prompts.record(ids, offered_rows)
+        return ids, requests
+
+    def async_loop_or_new(self):
+        """TRL's reward event loop (started because the reward is async)."""
+        loop = getattr(self, "async_loop", None)
+        if loop is None:
+            raise RuntimeError("the recursive stage needs an async reward function")
+        return loop
