@@ -12,6 +12,12 @@
 The helpers they call live with their subject in those modules; this one holds the classes only.
 It imports TRL at module level, so its callers (:func:`~conductor_core.train.grpo.build_trainer`)
 import it inside functions: importing the rest of ``conductor_core.train`` does not load TRL.
+
+The trainers extend TRL through its public ``compute_loss`` and through the private methods of
+:data:`TRL_PRIVATE_OVERRIDES`, which change within TRL's 1.x. That list is the one place they are
+named: tests/unit/test_trl_contract.py checks it against the installed TRL (each exists on
+``GRPOTrainer`` with a signature the override accepts, and no other private method is
+overridden), and tests/integration/test_trl_trainer_contract.py runs them through a real trainer.
 """
 
 from __future__ import annotations
@@ -52,7 +58,27 @@ from conductor_core.train.recursive import (
 )
 from conductor_core.train.reward import ConductorReward, RoundState
 
-__all__ = ["OfferedGRPOTrainer", "RecursiveGRPOTrainer"]
+__all__ = ["TRL_PRIVATE_OVERRIDES", "OfferedGRPOTrainer", "RecursiveGRPOTrainer"]
+
+TRL_PRIVATE_OVERRIDES: tuple[tuple[str, str], ...] = (
+    (
+        "_generate_and_score_completions",
+        "per batch: its rows' offered ids, loss masks, IS weights; recursive: the forced pairs",
+    ),
+    (
+        "_generate_single_turn",
+        "sample under the plan grammar or routing exploration, return log q; recursive: round 2",
+    ),
+    (
+        "_get_per_token_logps_and_entropies",
+        "score each token under the offered mask or plan grammar it was sampled under",
+    ),
+    (
+        "_tokenize_prompts",
+        "record each prompt's offered workers under the token ids TRL makes of it",
+    ),
+)
+"""Every private ``GRPOTrainer`` method the trainers of this module override (name, why)."""
 
 
 class OfferedGRPOTrainer(GRPOTrainer):
