@@ -128,18 +128,18 @@ def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_pa
     """Forced second rounds, each continuing its own round-1 plan; with
     ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores
     exactly the round-2 rows under it (train/grammar_sampling.py)."""
-    import conductor_core.train.offered_mask as offered_mask
+    import conductor_core.train.trainers as trainers
     from conductor_core.train.grpo import run_stage
     from conductor_core.workflow.prompts import load_prompt_spec
 
     seen = []
-    original = offered_mask.grammar_log_probs
+    original = trainers.grammar_log_probs  # what the trainers call
 
     def spy(log_probs, hidden, head, allowed, temperature=1.0):
         seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
         return original(log_probs, hidden, head, allowed, temperature)
 
-    monkeypatch.setattr(offered_mask, "grammar_log_probs", spy)
+    monkeypatch.setattr(trainers, "grammar_log_probs", spy)
     _, base = base_run
     config = small(
         tmp_path / "recursive",
@@ -167,17 +167,17 @@ def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_pa
 def test_base_stage_samples_and_scores_its_plans_under_the_grammar(base_run, tmp_path, monkeypatch):
     """With ``generation.plan_grammar`` every round-1 plan is sampled under the plan grammar (so
     each one that ends parses) and every row is scored under it (train/grammar_sampling.py)."""
-    import conductor_core.train.offered_mask as offered_mask
+    import conductor_core.train.trainers as trainers
     from conductor_core.train.grpo import run_stage
 
     seen = []
-    original = offered_mask.grammar_log_probs
+    original = trainers.grammar_log_probs  # what the trainers call
 
     def spy(log_probs, hidden, head, allowed, temperature=1.0):
         seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
         return original(log_probs, hidden, head, allowed, temperature)
 
-    monkeypatch.setattr(offered_mask, "grammar_log_probs", spy)
+    monkeypatch.setattr(trainers, "grammar_log_probs", spy)
     _, base = base_run
     config = small(
         tmp_path / "grammar",
