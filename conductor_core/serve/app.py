@@ -27,7 +27,7 @@ from conductor_core.serve.config import MODEL_VERSION_ENV, GatewayConfig
 from conductor_core.serve.lifespan import GatewayLifespan
 from conductor_core.serve.metrics import GatewayMetrics
 from conductor_core.serve.middleware import RequestContextMiddleware
-from conductor_core.serve.protocol import ModelCard, ModelList
+from conductor_core.serve.protocol import ModelCard, ModelList, ServedModel
 from conductor_core.serve.request_body import read_body
 from conductor_core.serve.tracing import GatewayTracing
 from conductor_core.workers.bundled import bundled_pool_path
@@ -92,7 +92,8 @@ def create_app(
         openapi_url=None,
         exception_handlers=routes.EXCEPTION_HANDLERS,
     )
-    card = ModelCard(id=config.model_name, created=int(time.time()), owned_by="conductor")
+    served = ServedModel(model_version=model_version)
+    card = ModelCard(id=config.model_name, created=int(time.time()), conductor=served)
     app.state.config = config
     app.state.metrics = metrics
     app.state.gatekeeper = gatekeeper

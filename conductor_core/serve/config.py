@@ -17,8 +17,9 @@ API_KEYS_ENV = "CONDUCTOR_API_KEYS"
 
 MODEL_VERSION_ENV = "CONDUCTOR_MODEL_VERSION"
 """Environment variable naming the version of the served Conductor model (e.g. the registry
-version a deployment pinned): the ``model_version`` label of the metric
-``conductor_gateway_build_info`` (unset: ``unknown``)."""
+version a deployment pinned; the Helm chart sets it to the pinned source): the ``model_version``
+label of the metric ``conductor_gateway_build_info`` (unset: ``unknown``) and
+``conductor.model_version`` of ``/v1/models`` (unset: null)."""
 
 
 class GatewayConfig(BaseModel):

@@ -23,7 +23,7 @@ Metric names (all prefixed ``conductor_gateway_``):
 * ``time_to_first_token_seconds`` (histogram: a streamed response's time from the request's
   arrival to its first answer text);
 * ``build_info{version,model,model_version}`` (always 1): the gateway's package version, the
-  served model's id (``/v1/models``) and version (``GatewayConfig.model_version``, ``unknown``
+  served model's id (``/v1/models``) and version (``$CONDUCTOR_MODEL_VERSION``, ``unknown``
   when not given).
 
 The labelled children that every request touches are looked up once and kept

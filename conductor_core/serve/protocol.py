@@ -868,13 +868,30 @@ class ChatCompletionChunk(OpenAIBaseModel):
         return data
 
 
+class ServedModel(BaseModel):
+    """The gateway's extension of its ``/v1/models`` entry: what it serves."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    model_version: str | None = Field(
+        default=None,
+        description="The version of the Conductor model behind this id ($CONDUCTOR_MODEL_VERSION; "
+        "the Helm chart sets it to the pinned source, e.g. models:/conductor/7); null when the "
+        "deployment does not say.",
+    )
+
+
 class ModelCard(OpenAIBaseModel):
-    """One entry of ``GET /v1/models``."""
+    """One entry of ``GET /v1/models``; ``conductor`` is the gateway's extension (omitted if
+    None, as the worker simulator's entries have it)."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"conductor"})
 
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "conductor"
+    conductor: ServedModel | None = None
 
 
 class ModelList(OpenAIBaseModel):
@@ -882,6 +899,12 @@ class ModelList(OpenAIBaseModel):
 
     object: Literal["list"] = "list"
     data: list[ModelCard] = Field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire dict (the cards without their None extension)."""
+        data = super().to_json()
+        data["data"] = [card.to_json() for card in self.data]
+        return data
 
 
 # -- probes ---------------------------------------------------------------------------------------

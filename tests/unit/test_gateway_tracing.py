@@ -110,6 +110,37 @@ def test_build_info_names_the_served_model_and_its_version(
     assert app.state.metrics.value("conductor_gateway_build_info", labels) == 1
 
 
+@pytest.mark.parametrize("version", ["models:/conductor/7", None])
+def test_v1_models_shows_the_served_models_version(
+    monkeypatch: pytest.MonkeyPatch, version: str | None
+) -> None:
+    """The version the deployment pinned ($CONDUCTOR_MODEL_VERSION, set by the chart) is in
+    /v1/models, as in build_info; null when it does not say."""
+    if version is None:
+        monkeypatch.delenv(MODEL_VERSION_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MODEL_VERSION_ENV, version)
+    app = create_app(GatewayConfig(model_name="conductor-eu"), pool=load_pool(bundled_pool_path()))
+
+    async def go() -> httpx.Response:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+                return await client.get("/v1/models")
+
+    response = asyncio.run(go())
+    assert response.status_code == 200
+    (card,) = response.json()["data"]
+    assert card["id"] == "conductor-eu" and card["object"] == "model"
+    assert card["conductor"] == {"model_version": version}
+    labels = {
+        "version": __version__,
+        "model": "conductor-eu",
+        "model_version": version or "unknown",
+    }
+    assert app.state.metrics.value("conductor_gateway_build_info", labels) == 1
+
+
 def test_no_key_reaches_a_span_even_with_every_header_captured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
