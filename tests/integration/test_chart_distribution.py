@@ -37,6 +37,8 @@ DETERMINISTIC = [
     "--set",
     "allowUnauthenticated=true",
     "--set",
+    "conductorModel.source=models:/conductor/1",
+    "--set",
     "vllm.apiKey.value=rehearsal-0123456789",
 ]
 
@@ -96,6 +98,7 @@ def parent_chart(folder: Path, conductor: Path, rbac: Path) -> Path:
         "training": {"enabled": True},
         "llm": {
             "allowUnauthenticated": True,
+            "conductorModel": {"source": "models:/conductor/1"},
             "imagePullSecrets": [{"name": "own-pull"}],
             "monitoring": {
                 "serviceMonitor": {"enabled": True},

@@ -26,7 +26,7 @@ K8S_VERSION = "1.33.0"
 RELEASE, NAMESPACE = "rel", "team-a"
 GATEWAY = f"{RELEASE}-conductor"
 SELECTOR = f'namespace="{NAMESPACE}",job="{GATEWAY}"'
-OPEN = ["--set", "allowUnauthenticated=true"]
+OPEN = ["--set", "allowUnauthenticated=true", "--set", "conductorModel.source=models:/conductor/1"]
 MONITORED = [
     *OPEN,
     "--set",

@@ -5,9 +5,9 @@ schema's and the templates' refusals. (What can be read from the chart's files w
 tests/unit/test_conductor_chart.py.)
 
 Value sets (``tests/fixtures/chart/``; ``minimal`` is the chart's defaults plus
-``allowUnauthenticated``, without which they do not render):
+``allowUnauthenticated`` and a pinned ``conductorModel.source``, without which they do not render):
 
-* ``minimal``: gateway + Conductor model from ``models:/conductor@champion``, bundled pool, open;
+* ``minimal``: gateway + Conductor model pinned to ``models:/conductor/1``, bundled pool, open;
 * ``gpu``: a 4-GPU Conductor, tensor parallel 2, runtime class, node selector, tolerations, PVC;
 * ``existing-secrets``: every credential referenced in existing Secrets, MLflow tracing on;
 * ``literal-secrets``: credentials given literally (the chart's own Secret);
@@ -194,7 +194,7 @@ def test_minimal_conductor_model(rendered) -> None:
     assert fetch["command"][:2] == ["python", "-c"]
     assert "conductor_core.track.registry import load_model_dir" in fetch["command"][2]
     env = env_of(fetch)
-    assert env["MODEL_URI"]["value"] == "models:/conductor@champion"
+    assert env["MODEL_URI"]["value"] == "models:/conductor/1"
     assert env["MLFLOW_TRACKING_URI"]["value"] == "http://mlflow.mlflow.svc.cluster.local:5000"
     # the gateway calls this Service, which exists with the port in the URL
     service = objects(docs, "Service")[f"{RELEASE}-conductor-model"]
@@ -206,23 +206,99 @@ def test_minimal_conductor_model(rendered) -> None:
 
 
 def test_fetch_script_compiles_and_links_the_model_folder(rendered, tmp_path, monkeypatch) -> None:
+    """The fetcher links /models/conductor to the folder with config.json and records the source;
+    on persistent storage it skips a source it holds, and a new one (a new version pinned)
+    replaces the old download."""
     model = vllm_deployments(rendered["minimal"])[f"{RELEASE}-conductor-model"]
     script = container(model, "fetch-weights")["command"][2]
-    compile(script, "fetch-weights", "exec")
-    # Run it against a local root: load_model_dir returns the nested folder with config.json.
-    nested = tmp_path / ".download" / "conductor" / "artifacts" / "model"
-    nested.mkdir(parents=True)
-    (nested / "config.json").write_text("{}", encoding="utf-8")
+    code = compile(script.replace('"/models"', repr(str(tmp_path))), "fetch", "exec")
+    fetched: list[tuple[str, Path]] = []
+
+    def load_model_dir(uri: str, dst: Path) -> Path:  # as the library's: a folder inside dst
+        fetched.append((uri, Path(dst)))
+        nested = Path(dst) / "artifacts" / "model"
+        nested.mkdir(parents=True)
+        (nested / "config.json").write_text(json.dumps({"uri": uri}), encoding="utf-8")
+        return nested
+
     import conductor_core.track.registry as registry
 
-    monkeypatch.setattr(registry, "load_model_dir", lambda uri, dst: nested)
-    monkeypatch.setenv("MODEL_URI", "models:/conductor@champion")
+    monkeypatch.setattr(registry, "load_model_dir", load_model_dir)
     monkeypatch.setenv("MODEL_KEY", "conductor")
-    monkeypatch.setenv("SKIP_IF_PRESENT", "false")
-    exec(compile(script.replace('"/models"', repr(str(tmp_path))), "fetch", "exec"), {})
     link = tmp_path / "conductor"
-    assert link.is_symlink() and (link / "config.json").is_file()
+
+    def fetch(uri: str, skip: bool) -> None:
+        monkeypatch.setenv("MODEL_URI", uri)
+        monkeypatch.setenv("SKIP_IF_PRESENT", str(skip).lower())
+        try:
+            exec(code, {})
+        except SystemExit as done:
+            assert done.code in (0, None)
+
+    fetch("models:/conductor/1", skip=False)
+    assert link.is_symlink() and json.loads((link / "config.json").read_text()) == {
+        "uri": "models:/conductor/1"
+    }
     assert not Path(link.readlink()).is_absolute()  # valid wherever the volume is mounted
+    first = fetched[-1][1]
+    fetch("models:/conductor/1", skip=True)  # the pod restarted: nothing to fetch
+    assert len(fetched) == 1
+    fetch("models:/conductor/2", skip=True)  # a new version pinned: fetched, the old one gone
+    assert [uri for uri, _ in fetched] == ["models:/conductor/1", "models:/conductor/2"]
+    assert json.loads((link / "config.json").read_text()) == {"uri": "models:/conductor/2"}
+    assert not first.exists() and fetched[-1][1].is_dir()
+    assert (tmp_path / ".conductor.source").read_text() == "models:/conductor/2"
+
+
+def test_the_conductor_model_is_pinned_and_the_gateway_reports_its_version(helm, home) -> None:
+    """A registry alias moves: the chart refuses it and names the pin; the gateway gets the
+    pinned source (or conductorModel.version) as CONDUCTOR_MODEL_VERSION, which /v1/models and
+    build_info show, so a new pin rolls the gateway's pods too."""
+    error = render_error(helm, home, "--set", "conductorModel.source=models:/conductor@champion")
+    assert "registry alias" in error and "models:/conductor/<VERSION>" in error
+    empty = render_error(helm, home, "--set", "allowUnauthenticated=true", base=False)
+    assert "conductorModel.source is empty" in empty
+    worker = [
+        "--set",
+        "pool.workers[0].name=coder",
+        "--set",
+        "pool.workers[0].deploy.source=models:/coder@prod",
+    ]
+    assert "pool.workers[0].deploy.source models:/coder@prod is a registry alias" in (
+        render_error(helm, home, *worker)
+    )
+    version = env_of(container(gateway(render(helm, home)), "gateway"))["CONDUCTOR_MODEL_VERSION"]
+    assert version == {"name": "CONDUCTOR_MODEL_VERSION", "value": "models:/conductor/1"}
+    docs = render(helm, home, "--set", "conductorModel.version=7 (run 42)")
+    env = env_of(container(gateway(docs), "gateway"))
+    assert env["CONDUCTOR_MODEL_VERSION"]["value"] == "7 (run 42)"
+    external = ["--set", "conductorModel.enabled=false", "--set", "gateway.conductor=scripted"]
+    assert "CONDUCTOR_MODEL_VERSION" not in env_of(
+        container(gateway(render(helm, home, *external)), "gateway")
+    )
+    # a new pin changes both pod templates: both Deployments roll
+    before, after = (
+        render(helm, home),
+        render(helm, home, "--set", "conductorModel.source=models:/conductor/2"),
+    )
+    for name in (f"{RELEASE}-conductor", f"{RELEASE}-conductor-model"):
+        old, new = (objects(d, "Deployment")[name]["spec"]["template"] for d in (before, after))
+        assert old != new, name
+
+
+def test_a_rolling_update_of_the_model_surges_one_pod(helm, home) -> None:
+    rolling = ["--set", "conductorModel.updateStrategy=RollingUpdate"]
+    model = vllm_deployments(render(helm, home, *rolling))[f"{RELEASE}-conductor-model"]
+    assert model["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    # the surge pod mounts the claim beside the old one: only a ReadWriteMany claim allows it
+    claim = [*rolling, "--set", "vllm.storage.type=persistentVolumeClaim"]
+    assert "ReadWriteMany" in render_error(helm, home, *claim)
+    shared = render(helm, home, *claim, "--set", "vllm.storage.accessModes={ReadWriteMany}")
+    model = vllm_deployments(shared)[f"{RELEASE}-conductor-model"]
+    assert model["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
 def test_gpu_values(rendered) -> None:
@@ -729,6 +805,8 @@ def test_notes_say_how_to_reach_the_gateway_and_warn_when_open(helm, home, tmp_p
         str(FIXTURES / "workers.yaml"),
         "-f",
         str(FIXTURES / "literal-secrets.yaml"),
+        "--set",
+        "conductorModel.source=models:/conductor/1",
     )
     assert "OPEN" not in notes and "Authorization: Bearer" in notes
     assert f"ConfigMap {RELEASE}-conductor-pool" in notes
@@ -744,9 +822,10 @@ def test_no_client_key_refuses_to_render_unless_explicitly_open(helm, home) -> N
     # defaults) and still shows why they would not install
     done = run_helm(helm, ["lint", "--strict", str(CHART)], home)
     assert "no client API key" in done.stdout + done.stderr
-    assert render(helm, home, "--set", "allowUnauthenticated=true", base=False)
-    assert render(helm, home, "--set", "apiKeys.existingSecret=client-keys", base=False)
-    assert render(helm, home, "--set", "apiKeys.keys[0]=sk-0123456789abcdef", base=False)
+    pinned = ["--set", "conductorModel.source=models:/conductor/1"]
+    assert render(helm, home, *pinned, "--set", "allowUnauthenticated=true", base=False)
+    assert render(helm, home, *pinned, "--set", "apiKeys.existingSecret=client-keys", base=False)
+    assert render(helm, home, *pinned, "--set", "apiKeys.keys[0]=sk-0123456789abcdef", base=False)
     # the schema types the switch: only the boolean true opens the gateway
     error = render_error(helm, home, "--set-string", "allowUnauthenticated=yes", base=False)
     assert "allowUnauthenticated" in error

@@ -26,7 +26,7 @@ pytest.importorskip("prometheus_client")
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "conductor"
 RELEASE = "rel"
-OPEN = ["--set", "allowUnauthenticated=true"]
+OPEN = ["--set", "allowUnauthenticated=true", "--set", "conductorModel.source=models:/conductor/1"]
 
 
 @pytest.fixture(scope="module")

@@ -320,6 +320,19 @@ key: VLLM_API_KEY
 {{- if ne (mod $gpus $tp) 0 -}}
 {{- fail (printf "%s: tensorParallelSize %d must divide gpu.count %d; use a tensor-parallel size that divides the GPU count (e.g. %d) or more GPUs" .what $tp $gpus $gpus) -}}
 {{- end -}}
+{{- if not .spec.source -}}
+{{- fail (printf "%s.source is empty: set the model to serve, pinned: models:/NAME/VERSION (a registered version), runs:/..., s3://BUCKET/PREFIX or a Hugging Face id" .what) -}}
+{{- end -}}
+{{- $alias := regexFind "^models:/[^/@]+@" .spec.source -}}
+{{- if $alias -}}
+{{- fail (printf "%s.source %s is a registry alias, which moves when another version is promoted: each pod would serve whatever it named when the pod started. Pin the version it names now, %s/<VERSION> (docs/serving.md, \"Changing the served model\")" .what .spec.source (trimSuffix "@" $alias)) -}}
+{{- end -}}
+{{- if eq (.spec.updateStrategy | default "Recreate") "RollingUpdate" -}}
+{{- $storage := mergeOverwrite (deepCopy $v.vllm.storage) (.spec.storage | default dict) -}}
+{{- if and (eq $storage.type "persistentVolumeClaim") (not $storage.existingClaim) (not (has "ReadWriteMany" $storage.accessModes)) -}}
+{{- fail (printf "%s.updateStrategy RollingUpdate starts the new pod beside the old one, which holds the weights' claim: give the claim accessModes [ReadWriteMany] (vllm.storage or %s.storage), or use emptyDir storage" .what .what) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (include "conductor.isRemoteSource" .spec.source) (not (hasPrefix "s3://" .spec.source)) (not $v.mlflow.trackingUri) -}}
 {{- fail (printf "%s.source %s is an MLflow URI: set mlflow.trackingUri" .what .spec.source) -}}
 {{- end -}}
@@ -421,6 +434,11 @@ when left out: 300 and 30). */ -}}
   valueFrom:
     secretKeyRef:
       {{- include "conductor.vllmKeyRef" . | nindent 6 }}
+{{- end }}
+{{- if include "conductor.usesInChartConductor" . }}
+# The pinned model (/v1/models, build_info): a new one rolls the gateway's pods too.
+- name: CONDUCTOR_MODEL_VERSION
+  value: {{ .Values.conductorModel.version | default .Values.conductorModel.source | quote }}
 {{- end }}
 {{- if $tracing }}
 {{- include "conductor.s3Env" . | nindent 0 }}

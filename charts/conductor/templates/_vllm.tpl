@@ -47,9 +47,18 @@ metadata:
 spec:
   {{- /* hasKey, not default: 0 (scaled to zero, the Deployment kept) is a value */}}
   replicas: {{ if hasKey $s "replicaCount" }}{{ $s.replicaCount }}{{ else }}1{{ end }}
-  # A new pod needs the GPUs of the old one: replace, do not surge.
   strategy:
+    {{- if eq ($s.updateStrategy | default "Recreate") "RollingUpdate" }}
+    # The new pod starts beside the old one (GPUs for one more pod); the old one stops once the
+    # new one is ready.
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 1
+      maxUnavailable: 0
+    {{- else }}
+    # A new pod needs the GPUs of the old one: replace, do not surge.
     type: Recreate
+    {{- end }}
   selector:
     matchLabels:
       {{- include "conductor.selectorLabels" $labelArgs | nindent 6 }}
@@ -102,8 +111,11 @@ spec:
       {{- end }}
       {{- if $remote }}
       initContainers:
-        # Downloads the weights (s3://, models:/NAME@ALIAS, runs:/) with the library's own
-        # loader, then links /models/{{ .key }} to the folder holding config.json.
+        # Downloads the weights (s3://, models:/NAME/VERSION, runs:/) with the library's own
+        # loader into a folder of their own, links /models/{{ .key }} to the folder holding
+        # config.json and records the source beside the link; on persistent storage the fetch is
+        # skipped when the link holds this source already, and a new source replaces the old
+        # one (its download removed once the link has moved).
         - name: fetch-weights
           image: {{ include "conductor.image" $d.fetcher.image | quote }}
           imagePullPolicy: {{ $d.fetcher.image.pullPolicy }}
@@ -111,23 +123,38 @@ spec:
             - python
             - -c
             - |
-              import os, pathlib, sys
+              import hashlib, os, pathlib, shutil, sys
               root = pathlib.Path("/models")
+              uri = os.environ["MODEL_URI"]
               link = root / os.environ["MODEL_KEY"]
+              recorded = root / f".{link.name}.source"
               (root / ".tmp").mkdir(exist_ok=True)
-              if os.environ.get("SKIP_IF_PRESENT") == "true" and (link / "config.json").is_file():
-                  print(f"{link} is present: not downloading", flush=True)
+              if (
+                  os.environ.get("SKIP_IF_PRESENT") == "true"
+                  and (link / "config.json").is_file()
+                  and recorded.is_file()
+                  and recorded.read_text() == uri
+              ):
+                  print(f"{link} holds {uri}: not downloading", flush=True)
                   sys.exit(0)
               from conductor_core.errors import ConductorError
               from conductor_core.track.registry import load_model_dir
+              downloads = root / ".download" / link.name
+              target = downloads / hashlib.sha256(uri.encode()).hexdigest()[:16]
               try:
-                  folder = load_model_dir(os.environ["MODEL_URI"], root / ".download" / link.name)
+                  folder = load_model_dir(uri, target)
               except ConductorError as exc:
-                  sys.exit(f"cannot fetch {os.environ['MODEL_URI']}: {exc}")
+                  sys.exit(f"cannot fetch {uri}: {exc}")
               if link.is_symlink() or link.exists():
                   link.unlink()
               link.symlink_to(os.path.relpath(folder, root))
-              print(f"{os.environ['MODEL_URI']} -> {link} ({folder})", flush=True)
+              recorded.write_text(uri)
+              for old in downloads.iterdir():  # what earlier sources left
+                  if old.is_dir() and old != target:
+                      shutil.rmtree(old, ignore_errors=True)
+                  elif not old.is_dir():
+                      old.unlink()
+              print(f"{uri} -> {link} ({folder})", flush=True)
           env:
             - name: MODEL_URI
               value: {{ $s.source | quote }}
