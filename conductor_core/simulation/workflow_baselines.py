@@ -11,6 +11,8 @@ workers are named by role (:class:`Roles`: a specialist per domain, one checker)
 * ``parts``: each part to its specialist (``Solve part k.``), then the checker reads the parts'
   answers and answers the question; a one-part question goes to its specialist alone;
 * ``parts-check``: ``parts``, then the checker checks the whole answer;
+* ``parts-check-check``: ``parts-check``, then the checker checks that answer again (at most
+  six steps, the plan length a Conductor may write here);
 * ``best-of-3``: the first part's specialist answers three times, the checker reads the three.
 """
 
@@ -66,7 +68,7 @@ def _steps(name: str, domains: list[str], roles: Roles) -> list[Step]:
     if name == "best-of-3":
         attempts = [_step(first, SOLVE) for _ in range(3)]
         return [*attempts, _step(roles.checker, SOLVE, ALL)]
-    if name in ("parts", "parts-check"):
+    if name in ("parts", "parts-check", "parts-check-check"):
         if len(domains) == 1:
             steps = [_step(first, SOLVE)]
         else:
@@ -74,13 +76,22 @@ def _steps(name: str, domains: list[str], roles: Roles) -> list[Step]:
                 _step(roles.specialists[d], f"Solve part {k + 1}.") for k, d in enumerate(domains)
             ]
             steps.append(_step(roles.checker, SOLVE, ALL))
-        if name == "parts-check":
+        if name != "parts":
+            steps.append(_step(roles.checker, CHECK, (len(steps) - 1,)))
+        if name == "parts-check-check":
             steps.append(_step(roles.checker, CHECK, (len(steps) - 1,)))
         return steps
     raise ValueError(f"unknown topology {name!r} (known: {', '.join(TOPOLOGIES)}, single:<id>)")
 
 
-TOPOLOGIES: tuple[str, ...] = ("moa", "solve-check", "best-of-3", "parts", "parts-check")
+TOPOLOGIES: tuple[str, ...] = (
+    "moa",
+    "solve-check",
+    "best-of-3",
+    "parts",
+    "parts-check",
+    "parts-check-check",
+)
 """The fixed topologies besides ``single:<id>``."""
 
 
