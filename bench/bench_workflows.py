@@ -58,6 +58,7 @@ LENGTH_RATIO = 1.5
 CHECK_SHARE = 0.9
 SPLIT_SHARE = 0.8
 MAX_STEPS = 6
+PLOTTED = ("conductor", "parts-check", "parts-check-check", "oracle")
 
 
 def tracking_store(out: Path) -> str:
@@ -248,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     report = {"split": args.split, "seeds": seeds, "questions": len(problems), "methods": rows}
     (args.out / "workflows.json").write_text(json.dumps(report, indent=2))
     plot(
-        {k: v for k, v in curves.items() if k in ("conductor", "parts-check", "oracle")},
+        {
+            k: v
+            for k, v in curves.items()
+            if k in ("conductor", "parts-check", "parts-check-check", "oracle")
+        },
         args.out / "plan_length.png",
     )
     if models:
