@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from random import Random
 
 from conductor_core.policy.base import PlanSource
@@ -91,10 +91,6 @@ class QuestionResult:
     checks: int
     checks_seeing: int
     split: bool
-
-    def to_dict(self) -> dict:
-        """A plain dict (for JSON)."""
-        return asdict(self)
 
 
 async def _one(

@@ -194,14 +194,15 @@ def test_the_grammar_is_off_unless_asked_for_and_in_training(model_dir: Path) ->
     source = TransformersPlanSource(model_dir, max_new_tokens=4, seed=0)
     result = asyncio.run(source.plan(_request()))
     assert "plan_grammar" not in result.extra
-    # GRPO samples with TRL's own generate, unaided: in training only the recursive stage's round 2
-    # reaches the grammar, and only when its config asks for it
-    from conductor_core.train.config import RecursiveSpec
+    # GRPO samples with TRL's own generate, unaided: in training the grammar is reached only by
+    # the trainers, and only when the config asks for it (round 2, or round 1 of base/adaptive)
+    from conductor_core.train.config import GenerationSpec, RecursiveSpec
 
     assert RecursiveSpec().round2_grammar is False
+    assert GenerationSpec().plan_grammar is False
     train = Path(__file__).resolve().parents[2] / "conductor_core" / "train"
     users = {p.name for p in train.rglob("*.py") if "import PlanGrammar" in p.read_text()}
-    assert users == {"recursive.py"}
+    assert users == {"trainers.py"}
 
 
 # -- the switch: on by default for solve, plan, serve and eval; --no-plan-grammar ------------------
