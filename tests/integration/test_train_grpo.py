@@ -124,22 +124,30 @@ def test_recursive_stage_starts_from_executed_round2_contexts(base_run, tmp_path
     assert any(x.startswith("expert start: done") for x in lines)
 
 
-def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, monkeypatch):
-    """Forced second rounds, each continuing its own round-1 plan; with
-    ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores
-    exactly the round-2 rows under it (train/grammar_sampling.py)."""
+@pytest.fixture
+def grammar_rows(monkeypatch) -> list[list[bool]]:
+    """Each time the loss or the reference scores a batch under the plan grammar: which of its
+    rows the grammar restricted."""
     import conductor_core.train.trainers as trainers
-    from conductor_core.train.grpo import run_stage
-    from conductor_core.workflow.prompts import load_prompt_spec
 
-    seen = []
+    seen: list[list[bool]] = []
     original = trainers.grammar_log_probs  # what the trainers call
 
     def spy(log_probs, hidden, head, allowed, temperature=1.0):
-        seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
+        seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())
         return original(log_probs, hidden, head, allowed, temperature)
 
     monkeypatch.setattr(trainers, "grammar_log_probs", spy)
+    return seen
+
+
+def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_path, grammar_rows):
+    """Forced second rounds, each continuing its own round-1 plan; with
+    ``recursive.round2_grammar`` round 2 is sampled under the plan grammar and the loss scores
+    exactly the round-2 rows under it (train/grammar_sampling.py)."""
+    from conductor_core.train.grpo import run_stage
+    from conductor_core.workflow.prompts import load_prompt_spec
+
     _, base = base_run
     config = small(
         tmp_path / "recursive",
@@ -158,26 +166,19 @@ def test_recursive_stage_forces_second_rounds_under_the_grammar(base_run, tmp_pa
     assert 0.0 <= logged[0]["recursion/first_format_error_rate"] <= 1.0
     # Rows 2 and 3 are round 2, scored under the grammar twice: by the KL reference at
     # generation, then by the loss (after TRL's shuffle).
-    assert seen and all(any(rows) for rows in seen)
-    assert sum(sum(rows) for rows in seen) == 4
+    assert grammar_rows and all(any(rows) for rows in grammar_rows)
+    assert sum(sum(rows) for rows in grammar_rows) == 4
     # The trained model is saved with the prompt style it learned.
     assert load_prompt_spec(result.model_dir).style == "compact"
 
 
-def test_base_stage_samples_and_scores_its_plans_under_the_grammar(base_run, tmp_path, monkeypatch):
+def test_base_stage_samples_and_scores_its_plans_under_the_grammar(
+    base_run, tmp_path, grammar_rows
+):
     """With ``generation.plan_grammar`` every round-1 plan is sampled under the plan grammar (so
     each one that ends parses) and every row is scored under it (train/grammar_sampling.py)."""
-    import conductor_core.train.trainers as trainers
     from conductor_core.train.grpo import run_stage
 
-    seen = []
-    original = trainers.grammar_log_probs  # what the trainers call
-
-    def spy(log_probs, hidden, head, allowed, temperature=1.0):
-        seen.append((~allowed.all(dim=-1)).any(dim=1).tolist())  # rows the grammar restricted
-        return original(log_probs, hidden, head, allowed, temperature)
-
-    monkeypatch.setattr(trainers, "grammar_log_probs", spy)
     _, base = base_run
     config = small(
         tmp_path / "grammar",
@@ -190,7 +191,7 @@ def test_base_stage_samples_and_scores_its_plans_under_the_grammar(base_run, tmp
     result = run_stage(config, progress=False)
     assert result.steps == 1
     # Every row restricted, scored at generation (old log-probs) and by the loss.
-    assert seen and all(all(rows) for rows in seen)
+    assert grammar_rows and all(all(rows) for rows in grammar_rows)
 
 
 def expected_ids(config, steps: int) -> list[list[str]]:
