@@ -28,22 +28,13 @@ from conductor_core.workers.bundled import (  # noqa: E402
 )
 
 
-def best_workers(pool_cfg) -> dict[str, set[int]]:
-    """For each domain, the pool ids with the highest simulated skill there."""
-    out: dict[str, set[int]] = {}
-    for domain in ("math", "mcq", "freeform"):
-        skills = [(w.simulation.skills.get(domain, 0.0), i) for i, w in enumerate(pool_cfg.workers)]
-        top = max(s for s, _ in skills)
-        out[domain] = {i for s, i in skills if s == top}
-    return out
-
-
 async def explore(model: str, samples: int, split: str) -> dict[str, list[float]]:
     """Rewards of the sampled plans, by kind of plan."""
     from conductor_core.policy.factory import load_plan_source
     from conductor_core.solve import solve, solve_options
     from conductor_core.tasks.grading import grade, reward
     from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.reward import best_workers
     from conductor_core.workers.config import load_pool
     from conductor_core.workers.pool import WorkerPool
 
@@ -78,9 +69,14 @@ async def explore(model: str, samples: int, split: str) -> dict[str, list[float]
             scoped = {role.part: s.worker for role, s in zip(roles, wf.steps, strict=True)}
             if all(k in scoped for k in range(len(q.parts))):
                 kinds["composite: split"].append(r)
-                if all(scoped[k] in best[part.domain] for k, part in enumerate(q.parts)):
+                if all(scoped[k] == best[part.domain] for k, part in enumerate(q.parts)):
                     kinds["composite: split, every part to its best worker"].append(r)
 
+    print(
+        f"exploring: {len(problems)} questions x {samples} sampled plans, each run on the pool",
+        file=sys.stderr,
+        flush=True,
+    )
     await asyncio.gather(*(one(p, i) for p in problems for i in range(samples)))
     await pool.aclose()
     await source.aclose()

@@ -200,14 +200,17 @@ def plan_success(
     last = step_role(workflow.steps[-1].subtask, question) if workflow.steps else None
     if last is None or last.part is not None:
         return 0.0
+    rules = [p.workflow or WorkflowRules() for p in profiles]
     right = 0
     for _ in range(draws):
         texts: list[str] = []
         for i, step in enumerate(workflow.steps):
-            profile = profiles[step.worker]
-            rules = profile.workflow or WorkflowRules()
             visible = [texts[j] for j in step.visible(i)]
-            texts.append(respond(question, profile, rules, step.subtask, visible, rng))
+            texts.append(
+                respond(
+                    question, profiles[step.worker], rules[step.worker], step.subtask, visible, rng
+                )
+            )
         found = part_answers(texts[-1], question)
         right += all(found.get(k) == p.answer for k, p in enumerate(question.parts))
     return right / draws

@@ -364,21 +364,12 @@ class SimulatedProvider:
     ) -> Completion:
         problem = self.bank.get(parsed.question)
         rng = Random(_stable_int("answer", key))
-        world = None
-        if problem is not None and self.profile.workflow is not None:
-            world = world_question(problem.metadata)
+        rules = self.profile.workflow
+        world = world_question(problem.metadata) if problem is not None and rules else None
         if problem is None:
             text = generic_answer(parsed.subtask or parsed.question, rng)
-        elif world is not None:
-            assert self.profile.workflow is not None
-            text = respond(
-                world,
-                self.profile,
-                self.profile.workflow,
-                parsed.subtask,
-                parsed.visible_texts(),
-                rng,
-            )
+        elif world is not None and rules is not None:
+            text = respond(world, self.profile, rules, parsed.subtask, parsed.visible_texts(), rng)
         else:
             right = rng.random() < self.success_probability(problem, parsed)
             text = render_answer(problem, right, rng, self.bank)
