@@ -2,7 +2,8 @@
 against the hand-written topologies and a per-question oracle, across independent seeds.
 
     .venv/bin/python bench/bench_workflows.py --seeds 0,1,2 --out DIR \\
-        [--split validation|test] [--steps 200] [--set FIELD=VALUE ...] [--no-train]
+        [--split validation|test] [--steps 200] [--set FIELD=VALUE ...] [--no-train] \\
+        [--persistence RHO]
 
 For each seed it trains a tiny Conductor from scratch with GRPO in the workflow world
 (``conductor train --profile tiny --config conductor_core/resources/workflows/train.yaml``, the
@@ -20,7 +21,10 @@ reward, plan length and the share of checking and part steps per step). Writes
 "composite_split_share", ...}]}``; ``stderr`` is across seeds), ``DIR/plan_length.png`` (mean
 steps against difficulty) and ``DIR/examples.md`` (plans of the first seed's Conductor), and
 prints the table and the goals of issue 46 §3. Recipes are chosen on ``validation``; read
-``test`` once, for the figures reported.
+``test`` once, for the figures reported. ``--persistence RHO`` sets every worker's
+``simulation.workflow.error_persistence`` (the world's rule that a worker repeats its own
+answers within a run) and writes the pool it used to ``DIR/pool.yaml``; without it the bundled
+pool runs as it is.
 """
 
 from __future__ import annotations
@@ -75,8 +79,23 @@ def tracking_store(out: Path) -> str:
     return uri
 
 
-def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
-    """Train (or reuse) the seed's Conductor; returns its model folder."""
+def bench_pool(out: Path, persistence: float | None) -> Path:
+    """The pool file the bench runs: the bundled one, or (``persistence`` set) a copy in
+    ``out`` with every worker's ``error_persistence`` set to it."""
+    from conductor_core.workers.config import load_pool
+
+    if persistence is None:
+        return bundled_workflow_pool_path()
+    pool = load_pool(bundled_workflow_pool_path()).model_dump(mode="json", exclude_unset=True)
+    for worker in pool["workers"]:
+        worker["simulation"]["workflow"]["error_persistence"] = persistence
+    path = out / "pool.yaml"
+    path.write_text(json.dumps(pool, indent=2))  # JSON is YAML
+    return path
+
+
+def train(seed: int, out: Path, steps: int | None, sets: list[str], pool: Path) -> Path:
+    """Train (or reuse) the seed's Conductor on ``pool``; returns its model folder."""
     folder = out / f"train-{seed}"
     model = folder / "model"
     if (folder / "summary.json").exists() and (model / "config.json").exists():
@@ -87,7 +106,7 @@ def train(seed: int, out: Path, steps: int | None, sets: list[str]) -> Path:
         "--config", str(CONFIG), "--out", str(folder), "--no-progress",
         "--set", f"seed={seed}",
         "--set", f"data.problems={bundled_workflow_problems_path()}",
-        "--set", f"data.pool={bundled_workflow_pool_path()}",
+        "--set", f"data.pool={pool}",
         "--set", "tracking.backend=mlflow",
         "--set", f"tracking.tracking_uri={tracking_store(out)}",
         "--set", f"tracking.run_name=workflows-seed-{seed}",
@@ -209,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the config's).")
     ap.add_argument("--set", action="append", default=[], help="Training override FIELD=VALUE.")
     ap.add_argument("--no-train", action="store_true", help="Baselines only.")
+    ap.add_argument(
+        "--persistence",
+        type=float,
+        default=None,
+        help="Every worker's simulation.workflow.error_persistence (default: the pool's).",
+    )
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -217,13 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     from conductor_core.tasks.problem import read_problems
     from conductor_core.workers.config import load_pool
 
-    pool_cfg = load_pool(bundled_workflow_pool_path())
+    pool_path = bench_pool(args.out, args.persistence)
+    pool_cfg = load_pool(pool_path)
     problems = [
         p
         for p in read_problems(bundled_workflow_problems_path())
         if p.metadata["split"] == args.split
     ]
-    models = {} if args.no_train else {s: train(s, args.out, args.steps, args.set) for s in seeds}
+    models = {}
+    if not args.no_train:
+        models = {s: train(s, args.out, args.steps, args.set, pool_path) for s in seeds}
 
     candidates = [f"single:{i}" for i in range(len(pool_cfg.workers))] + list(TOPOLOGIES)
     choice = oracle_choices(problems, candidates, pool_cfg, draws=ORACLE_DRAWS)
@@ -246,7 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         stats = _stats([summarize(results) for _, results in per_seed])
         rows.append({"method": name, **stats})
         curves[name] = by_difficulty([r for _, results in per_seed for r in results])
-    report = {"split": args.split, "seeds": seeds, "questions": len(problems), "methods": rows}
+    report = {
+        "split": args.split,
+        "seeds": seeds,
+        "questions": len(problems),
+        "error_persistence": args.persistence,
+        "methods": rows,
+    }
     (args.out / "workflows.json").write_text(json.dumps(report, indent=2))
     plot(
         {

@@ -202,14 +202,13 @@ def plan_success(
         return 0.0
     rules = [p.workflow or WorkflowRules() for p in profiles]
     right = 0
-    for _ in range(draws):
+    for draw in range(draws):
         texts: list[str] = []
         for i, step in enumerate(workflow.steps):
             visible = [texts[j] for j in step.visible(i)]
+            profile, own_key = profiles[step.worker], (seed, draw, step.worker)
             texts.append(
-                respond(
-                    question, profiles[step.worker], rules[step.worker], step.subtask, visible, rng
-                )
+                respond(question, profile, rules[step.worker], step.subtask, visible, rng, own_key)
             )
         found = part_answers(texts[-1], question)
         right += all(found.get(k) == p.answer for k, p in enumerate(question.parts))

@@ -25,13 +25,21 @@ follows (:class:`~conductor_core.workers.config.WorkflowRules` holds a worker's 
   with ``check_skill`` (then the checker answers the part at its own skill) and otherwise kept; a
   right one is kept, except that with ``false_alarm`` the checker overturns it with a wrong one.
   A part with no answer in sight cannot be checked: the checker writes ``none`` for it.
+* **Errors persist.** Within one run of a workflow a worker has its *own answer* to each part,
+  right at its skill, drawn once (from the run's sample and the worker). Whenever it answers the
+  part (solving, or re-answering a wrong answer it found), it gives its own answer with
+  ``error_persistence`` and a fresh draw otherwise. At 1 a worker repeats its mistakes, as a
+  real model does: checking itself it finds its wrong answer and writes it again, so a check
+  fixes only what the checker itself gets right, and repeating a step buys nothing.
 * **Output.** A step with the whole question in scope writes one ``Part k:`` line per part of a
   composite question, then the stated answer; a step scoped to part ``k`` writes only ``Part k:``
   (as a last step, that is not an answer to the question).
 
 All draws come from the ``Random`` the caller passes (the simulated provider seeds it with the
-request, so the same request gets the same answer). Wrong answers are plausible: a nearby number,
-another option's letter, the word with two letters swapped.
+request, so the same request gets the same answer), except the own answers, which come from
+``own_key`` (the provider's is the worker, the question and the run's sample index). Wrong
+answers are plausible: a nearby number, another option's letter, the word with two letters
+swapped.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ __all__ = [
     "answer_text",
     "is_check",
     "names_part",
+    "own_answer",
     "part_answers",
     "respond",
     "step_role",
@@ -210,6 +219,11 @@ def _solve(part: Part, p_right: float, rng: Random) -> str:
     return part.answer if rng.random() < p_right else wrong_answer(part, rng)
 
 
+def own_answer(part: Part, p_right: float, own_key: object, index: int) -> str:
+    """A worker's own answer to part ``index`` in one run: the same for the same ``own_key``."""
+    return _solve(part, p_right, Random(f"own:{own_key}:{index}"))
+
+
 def _most_common(answers: Sequence[str]) -> str:
     counts = Counter(answers)
     top = max(counts.values())
@@ -223,11 +237,21 @@ def respond(
     subtask: str,
     visible: Sequence[str],
     rng: Random,
+    own_key: object = None,
 ) -> str:
     """What a worker with ``profile`` and ``rules`` writes for one step (the module's rules).
 
-    ``visible`` holds the responses the step can see, earliest first.
+    ``visible`` holds the responses the step can see, earliest first. ``own_key`` names the
+    worker's run (:func:`own_answer`); None, or ``rules.error_persistence`` 0, draws every
+    answer afresh.
     """
+
+    def answer(k: int, part: Part, p_right: float) -> str:
+        persist = rules.error_persistence
+        if own_key is not None and persist > 0 and (persist >= 1 or rng.random() < persist):
+            return own_answer(part, p_right, own_key, k)
+        return _solve(part, p_right, rng)
+
     role = step_role(subtask, question)
     scope = range(len(question.parts)) if role.part is None else (role.part,)
     seen = [part_answers(text, question) for text in visible]
@@ -243,13 +267,13 @@ def respond(
                 overturn = rng.random() < rules.false_alarm
                 answers[k] = wrong_answer(part, rng) if overturn else part.answer
             elif rng.random() < rules.check_skill:
-                answers[k] = _solve(part, p_right, rng)
+                answers[k] = answer(k, part, p_right)
             else:
                 answers[k] = shown[-1]
         elif shown:
             answers[k] = _most_common(shown)
         else:
-            answers[k] = _solve(part, p_right, rng)
+            answers[k] = answer(k, part, p_right)
     return answer_text(question, answers, whole=role.part is None)
 
 

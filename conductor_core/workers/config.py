@@ -66,7 +66,8 @@ class WorkflowRules(BaseModel):
     Its ``skills`` are then the chances of a right answer at difficulty 1; each level above the
     first takes ``difficulty_drop`` off. A checking step finds a wrong answer it can see with
     ``check_skill`` (and then answers at its own skill) and overturns a right one with
-    ``false_alarm``.
+    ``false_alarm``. With ``error_persistence`` a worker answering a part again within one run
+    repeats its own answer to it.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -88,6 +89,17 @@ class WorkflowRules(BaseModel):
         ge=0.0,
         le=1.0,
         description="Chance that a checking step overturns a right answer it can see.",
+    )
+    error_persistence: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Chance that the worker, answering a part again within one run of a workflow, "
+            "repeats its own first answer to it (right or wrong) instead of drawing afresh; "
+            "1: a worker repeats its mistakes, as a real model does, so a check fixes only what "
+            "another worker gets right. 0: every answer is a fresh draw."
+        ),
     )
 
 

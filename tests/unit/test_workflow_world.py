@@ -227,3 +227,68 @@ def test_plan_success_simulates_a_plan_with_the_world_rules() -> None:
     # the checker finds every wrong part and re-solves it at 0.5: 1 - 0.5 * 0.5 per part
     assert plan_success(TWO, checked, specialists, draws=2000) == pytest.approx(0.5625, abs=0.04)
     assert part_domains(text) == ["math", "freeform"]
+
+
+def test_with_persistent_errors_a_worker_checking_itself_fixes_nothing() -> None:
+    from conductor_core.simulation.workflow_eval import plan_success
+
+    def profiles(persist: float) -> list[SimulationProfile]:
+        rules = WorkflowRules(
+            difficulty_drop=0.0, check_skill=1.0, false_alarm=0.0, error_persistence=persist
+        )
+        return [SimulationProfile(skills={"math": 0.5, "freeform": 0.5}, workflow=rules)] * 2
+
+    whole = Step(worker=0, subtask="Answer the question.")
+    self_check = Workflow(steps=(whole, Step(worker=0, subtask="Check it.", access=(0,))))
+    cross_check = Workflow(steps=(whole, Step(worker=1, subtask="Check it.", access=(0,))))
+    # fresh draws: the re-answer of a found wrong part is right half the time, whoever checks
+    assert plan_success(TWO, self_check, profiles(0.0), draws=2000) == pytest.approx(
+        0.5625, abs=0.04
+    )
+    # persistent: the worker writes its own wrong answer again; another worker's is its own
+    assert plan_success(TWO, self_check, profiles(1.0), draws=2000) == pytest.approx(
+        0.25, abs=0.04
+    )
+    assert plan_success(TWO, cross_check, profiles(1.0), draws=2000) == pytest.approx(
+        0.5625, abs=0.04
+    )
+    # the own answer is one per run: the same key gives the same answer, another key may not
+    rules = WorkflowRules(error_persistence=1.0)
+    texts = {respond(TWO, _profile(0.5), rules, "Answer.", [], Random(i), "k") for i in range(20)}
+    assert len(texts) == 1
+    runs = {respond(TWO, _profile(0.5), rules, "Answer.", [], Random(0), i) for i in range(20)}
+    assert len(runs) > 1
+
+
+def test_simulated_workers_repeat_their_own_answers_within_a_run(tmp_path) -> None:
+    from conductor_core.tasks.problem import write_jsonl
+
+    problems = [
+        p
+        for p in workflow_problems(80, seed=2)
+        if [q.domain for q in world_question(p.metadata).parts] == ["math"]
+    ]
+    path = tmp_path / "problems.jsonl"
+    write_jsonl(problems, path)
+
+    def run(persist: float, name: str) -> list[bool]:
+        rules = WorkflowRules(error_persistence=persist)
+        sim = SimulationProfile(skills={"math": 0.5}, problems=[str(path)], workflow=rules)
+        cfg = PoolConfig(
+            workers=[
+                WorkerConfig(name=f"w{i}", provider="simulated", model=f"w{i}", simulation=sim)
+                for i in range(4)
+            ]
+        )
+
+        async def go() -> list[bool]:
+            pool = WorkerPool(cfg)
+            results = await run_questions(problems, topology(name), pool, solve_options(cfg))
+            return [r.right for r in results]
+
+        return asyncio.run(go())
+
+    # best-of-3 asks the math specialist (worker 0) three times and reads the three: with
+    # persistent errors the three are its one answer, so each question ends as worker 0 alone
+    assert run(1.0, "best-of-3") == run(1.0, "single:0")
+    assert run(0.0, "best-of-3") != run(0.0, "single:0")
