@@ -1,7 +1,7 @@
 """A fresh held-out split for the bundled training problems: questions of the same generator
-(``conductor_core.train.problems.synthetic_problems``, another seed) that the bundled set does not
-hold, 40 a domain as in its test split. Every recipe of the tiny profile was chosen reading the
-bundled test split; this one was never read before (docs/results.md).
+(``conductor_core.simulation.routing_problems.synthetic_problems``, another seed) that the
+bundled set does not hold, 40 a domain as in its test split. Every recipe of the tiny profile
+was chosen reading the bundled test split; this one was never read before (docs/results.md).
 
     .venv/bin/python bench/bench_fresh_split.py --out FRESH.jsonl [--seed 1] [--per-domain 40]
     conductor eval run --benchmark FRESH.jsonl --problems FRESH.jsonl \\
@@ -21,8 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv: list[str] | None = None) -> int:
     """Write the fresh split; print how many questions of each domain it holds."""
+    from conductor_core.simulation.routing_problems import synthetic_problems
     from conductor_core.tasks.problem import read_problems, write_jsonl
-    from conductor_core.train.problems import bundled_train_problems_path, synthetic_problems
+    from conductor_core.workers.bundled import bundled_train_problems_path
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)

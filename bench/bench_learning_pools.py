@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         learning_experiment,
         target_summary,
     )
-    from conductor_core.train.problems import bundled_train_pool_path
     from conductor_core.train.reward import best_workers
+    from conductor_core.workers.bundled import bundled_train_pool_path
     from conductor_core.workers.config import load_pool
 
     try:  # a bad --set fails here, in one line, before any training

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conductor_core.policy.openai_policy import OpenAIPlanSource
 from conductor_core.solve import plan_request, solve_options
 from conductor_core.tasks.problem import read_problems
-from conductor_core.train.problems import bundled_train_problems_path
-from conductor_core.workers.bundled import bundled_pool_path
+from conductor_core.workers.bundled import bundled_pool_path, bundled_train_problems_path
 from conductor_core.workers.config import load_pool
 from tests.support.vllm_server import (
     VllmUnavailable,

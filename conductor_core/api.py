@@ -18,7 +18,8 @@
 
 These calls are what the ``conductor`` command runs: :class:`Conductor` is ``conductor solve``'s
 loop (:func:`conductor_core.solve.solve` on a :class:`~conductor_core.workers.pool.WorkerPool`),
-:func:`evaluate` is ``conductor eval run`` (:func:`~conductor_core.evaluate.job.run_shard` on an
+:func:`evaluate` is ``conductor eval run``
+(:func:`~conductor_core.evaluate.shard_job.run_shard` on an
 :class:`~conductor_core.evaluate.config.EvalConfig`), :func:`train` is ``conductor train``
 (:func:`~conductor_core.train.grpo.run_stage` on a stage config). Their arguments are the
 command's options, spelt as keywords.
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from conductor_core.evaluate.config import EvalConfig
-    from conductor_core.evaluate.job import ShardResult
+    from conductor_core.evaluate.shard_job import ShardResult
     from conductor_core.policy.base import PlanSource
     from conductor_core.solve import SolveOptions
     from conductor_core.train.config import StageConfig
@@ -238,7 +239,7 @@ def grade_known(config: PoolConfig, question: str, answer: str | None) -> Grade 
     pool knows it (``None`` otherwise, or without an answer)."""
     if answer is None:
         return None
-    from conductor_core.workers.problem_bank import known_problem
+    from conductor_core.simulation.problem_bank import known_problem
 
     known = known_problem(config, question)
     if known is None:
@@ -330,10 +331,10 @@ def evaluate(
     (``limit``, ``rounds``, ``shard="0/4"``, ``evaluate_conductor=False``, ...). ``config``: an
     evaluation YAML the arguments override.
 
-    Returns the shard's :class:`~conductor_core.evaluate.job.ShardResult`: ``summary`` holds the
-    figures (``summary.get(method)``: accuracy, stderr, calls, cost per question), ``report`` the
-    files written under ``output_dir`` (records, report.md/html, plots). Records are the
-    checkpoint: the same call again adds nothing.
+    Returns the shard's :class:`~conductor_core.evaluate.shard_job.ShardResult`: ``summary``
+    holds the figures (``summary.get(method)``: accuracy, stderr, calls, cost per question),
+    ``report`` the files written under ``output_dir`` (records, report.md/html, plots). Records
+    are the checkpoint: the same call again adds nothing.
     """
     if benchmark is None and config is None:
         benchmark = "demo"
@@ -347,7 +348,7 @@ def evaluate(
         output_dir=output_dir,
         **fields,
     )
-    from conductor_core.evaluate.job import run_shard
+    from conductor_core.evaluate.shard_job import run_shard
 
     return _blocking(lambda: run_shard(cfg, progress=progress, log=log))
 

@@ -558,7 +558,7 @@ def close_stale_runs(
     -> KILLED, ``FAILED`` -> FAILED. A run still going, one the server does not know (a local
     run's, a deleted one: named in ``log``) and one it cannot be asked about stay open.
     Returns ``(KFP run id, MLflow status)`` of every run closed."""
-    from conductor_core.pipeline_tasks.context import mlflow_status
+    from conductor_core.pipeline_steps.context import mlflow_status
     from conductor_core.track.pipeline_runs import close_stale_pipeline_runs
 
     host = _normalise_host(host)

@@ -40,7 +40,7 @@ def _tracking_prefix(run: LocalRun, root: Path) -> str:
 def render_summary(run: LocalRun, *, root: Path, pool: str = "bundled") -> str:
     """The run's summary as plain text (tables and paths); ``pool`` is the run's pool parameter
     (the trained model is asked on the pool it learned)."""
-    from conductor_core.pipeline_tasks.context import pool_path
+    from conductor_core.pipeline_steps.context import pool_path
 
     parts = [f"\npipeline {run.pipeline}: {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s"]
     comparison = read_comparison(run)

@@ -28,7 +28,7 @@ def aggregate(
     import shutil
     from pathlib import Path
 
-    from conductor_core.pipeline_tasks.eval_steps import aggregate_step, summary_markdown
+    from conductor_core.pipeline_steps.eval_steps import aggregate_step, summary_markdown
 
     out = Path(comparison.path)
     result = aggregate_step(

@@ -46,7 +46,7 @@ def check_params(
     device), which the pipeline's branches follow."""
     from collections import namedtuple
 
-    from conductor_core.pipeline_tasks.params import check_training_params
+    from conductor_core.pipeline_steps.params import check_training_params
 
     checked = check_training_params(
         profile=profile,

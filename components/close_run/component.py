@@ -17,6 +17,6 @@ def close_run(
     `SUCCEEDED` from the local runner -> FINISHED, `CANCELED` -> KILLED, else FAILED), and any
     of its runs a killed task left RUNNING. Returns the MLflow status (empty when no task opened
     an MLflow run)."""
-    from conductor_core.pipeline_tasks.context import close_parent_run
+    from conductor_core.pipeline_steps.context import close_parent_run
 
     return close_parent_run(run_id, pipeline, status.state, tracking_uri=tracking_uri or None) or ""

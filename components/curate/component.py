@@ -20,7 +20,7 @@ def curate(
     the counts go to the pipeline's MLflow run."""
     import json
 
-    from conductor_core.pipeline_tasks.data_steps import curate_step
+    from conductor_core.pipeline_steps.data_steps import curate_step
 
     stats = curate_step(
         curation_config,

@@ -24,7 +24,7 @@ def eval_shard(
     file): the trained Conductor (`model`) or another plan source (`conductor`: a model URI or
     an OpenAI-compatible URL), and the baselines (`single,moa`, ...). The records and the
     shard's report go to the output folder. Returns the number of records."""
-    from conductor_core.pipeline_tasks.eval_steps import eval_shard_step
+    from conductor_core.pipeline_steps.eval_steps import eval_shard_step
 
     result = eval_shard_step(
         shard=shard,

@@ -23,7 +23,7 @@ def register(
     evaluation); says which happened and why. Returns that sentence."""
     from pathlib import Path
 
-    from conductor_core.pipeline_tasks.register_step import register_step
+    from conductor_core.pipeline_steps.register_step import register_step
 
     decision = register_step(
         model_manifest=model.path,

@@ -20,7 +20,7 @@ def resolve_model(conductor: str, profile: str = "tiny", tracking_uri: str = "")
     `gpu`: its training config's device), which the pipeline's branches follow."""
     from collections import namedtuple
 
-    from conductor_core.pipeline_tasks.eval_steps import evaluation_target
+    from conductor_core.pipeline_steps.eval_steps import evaluation_target
 
     outputs = namedtuple("Outputs", ["conductor", "placement"])
     return outputs(*evaluation_target(conductor, profile, tracking_uri=tracking_uri or None))

@@ -36,7 +36,7 @@ def train(
     `trainjob` runs a Kubeflow Trainer TrainJob across nodes and waits for it, built from
     `cluster_settings` (the cluster settings the pipeline was compiled with, as JSON). The output
     Model is a manifest: where the weights are, the MLflow run, the prompt style."""
-    from conductor_core.pipeline_tasks.train_steps import train_step
+    from conductor_core.pipeline_steps.train_steps import train_step
 
     manifest = train_step(
         stage=stage,

@@ -24,7 +24,7 @@ def validate(
     passed, and the reason of a failure."""
     from collections import namedtuple
 
-    from conductor_core.pipeline_tasks.data_steps import validate_step
+    from conductor_core.pipeline_steps.data_steps import validate_step
 
     checked = validate_step(
         dataset.path,

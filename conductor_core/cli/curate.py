@@ -29,7 +29,7 @@ import click
 def command(config_path: str, out_dir: str | None, no_progress: bool) -> None:
     """Curate problems: load, normalise, dedup, decontaminate, filter, mix, split, validate."""
     from conductor_core.data.config import load_config
-    from conductor_core.data.pipeline import CurationFailed, curate
+    from conductor_core.data.curation import CurationFailed, curate
 
     config = load_config(config_path)
     try:

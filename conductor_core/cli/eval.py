@@ -144,7 +144,7 @@ def run_cmd(
 ) -> None:
     """Plan, execute and grade every problem of a shard; write records and a report."""
     from conductor_core.evaluate.config import load_eval_config, parse_eval_config
-    from conductor_core.evaluate.job import run_shard
+    from conductor_core.evaluate.shard_job import run_shard
 
     overrides = config_overrides(ctx, options)
     if preset is not None:
@@ -168,10 +168,10 @@ def run_cmd(
 
 def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
     from conductor_core.evaluate.config import parse_eval_config
-    from conductor_core.evaluate.job import run_shard
     from conductor_core.evaluate.presets import preset_configs, preset_setting
     from conductor_core.evaluate.records import read_record_sources
     from conductor_core.evaluate.report import aggregate_report
+    from conductor_core.evaluate.shard_job import run_shard
     from conductor_core.tasks.sources.local import check_local_copies
 
     dicts = preset_configs(name, overrides)

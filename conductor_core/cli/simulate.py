@@ -45,10 +45,10 @@ def serve_command(
     pool_path: str | None, problems_path: str | None, host: str, port: int, hang_s: float
 ) -> None:
     """Serve the pool's simulated workers at http://HOST:PORT/v1 (one model per worker)."""
-    from conductor_core.serve.simulator import serve
+    from conductor_core.simulation.problem_bank import known_problems
+    from conductor_core.simulation.server import serve
     from conductor_core.workers.bundled import bundled_pool_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.problem_bank import known_problems
 
     pool = load_pool(pool_path or bundled_pool_path())
     if problems_path is not None:

@@ -42,7 +42,7 @@ def run_step_files(
     ``decontaminate`` compares against ``eval_path`` when given, else the config's
     ``eval_benchmarks``; ``difficulty`` needs a ``difficulty`` section in the config.
     """
-    from conductor_core.data import difficulty, mixture, pipeline, steps
+    from conductor_core.data import curation, difficulty, mixture, steps
 
     if step not in STEPS:
         raise ConfigError(f"step '{step}' is unknown; use one of: {', '.join(STEPS)}")
@@ -68,7 +68,7 @@ def run_step_files(
     else:
         result = mixture.mix(problems, cfg.mixture, cfg.sources)
     write_problems(result.kept, output_path)
-    return {"step": step, "kept": len(result.kept), **pipeline.removal_stats(result.removed)}
+    return {"step": step, "kept": len(result.kept), **curation.removal_stats(result.removed)}
 
 
 def split_files(

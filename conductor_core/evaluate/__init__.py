@@ -5,6 +5,6 @@ The library entry point: :class:`EvalConfig` (YAML in and out, :func:`load_eval_
 """
 
 from conductor_core.evaluate.config import EvalConfig, load_eval_config, parse_eval_config
-from conductor_core.evaluate.job import ShardResult, run_shard
+from conductor_core.evaluate.shard_job import ShardResult, run_shard
 
 __all__ = ["EvalConfig", "ShardResult", "load_eval_config", "parse_eval_config", "run_shard"]

@@ -1,6 +1,8 @@
-"""The Kubeflow pipelines' tasks as library calls (no KFP here): what each component runs.
+"""Deprecated: moved to :mod:`conductor_core.pipeline_steps`.
 
-:mod:`.data_steps`, :mod:`.train_steps`, :mod:`.eval_steps` and :mod:`.register_step` hold one
-function per component, :mod:`.context` what they share, :mod:`.manifest` the model manifest passed
-between training steps, :mod:`.params` the checks of a run's parameters.
+This alias package warns when imported, as each of its modules does; it goes in the next release.
 """
+
+from conductor_core._deprecated import warn_moved
+
+warn_moved(__name__)

@@ -17,9 +17,9 @@ from conductor_core.track.mlflow_run import (
     tracking_uri,
 )
 from conductor_core.track.registry import load_model_dir, log_and_register_model
+from conductor_core.track.run_tracker import RunTracker
 from conductor_core.track.storage import COMPLETE_MARKER, Storage
 from conductor_core.track.traces import log_solve_trace, sample
-from conductor_core.track.tracker import RunTracker
 
 __all__ = [
     "COMPLETE_MARKER",

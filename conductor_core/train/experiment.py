@@ -98,7 +98,7 @@ def random_pool(seed: int, path: str | Path, *, workers: int = 4) -> Path:
     """
     import yaml
 
-    from conductor_core.train.problems import bundled_train_pool_path
+    from conductor_core.workers.bundled import bundled_train_pool_path
 
     rng = Random(f"pool:{seed}")
     template = yaml.safe_load(bundled_train_pool_path().read_text(encoding="utf-8"))

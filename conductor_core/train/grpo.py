@@ -64,12 +64,12 @@ def load_inputs(config: StageConfig):
     The pool's simulated workers know the problems of ``data.bank`` when set, else those of the
     training problems file (their ``simulation.problems`` is replaced).
     """
+    from conductor_core.simulation.problem_bank import known_problems
     from conductor_core.tasks.problem import read_problems
     from conductor_core.track.storage import is_s3, split_s3
     from conductor_core.train.data import select_problems
-    from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
+    from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
     from conductor_core.workers.config import load_pool
-    from conductor_core.workers.problem_bank import known_problems
 
     spec = config.data
     problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
@@ -616,7 +616,7 @@ def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: 
     ``training``: its source and content digest, with the counts as the input's tags); returns
     the digest. A tracker without ``log_dataset`` only gets the digest computed."""
     from conductor_core.train.data import problems_digest
-    from conductor_core.train.problems import bundled_train_problems_path
+    from conductor_core.workers.bundled import bundled_train_problems_path
 
     spec = config.data
     source = str(bundled_train_problems_path() if spec.problems == "bundled" else spec.problems)

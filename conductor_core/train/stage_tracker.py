@@ -1,6 +1,6 @@
 """Experiment tracking behind a small interface: a no-op tracker and an MLflow one.
 
-:class:`MlflowTracker` is :class:`conductor_core.track.tracker.RunTracker` with training's
+:class:`MlflowTracker` is :class:`conductor_core.track.run_tracker.RunTracker` with training's
 defaults: it logs the flattened stage config and the pool (which never holds secrets: only the
 names of key variables) as params, per-step metrics, a table of sample plans, artifacts and, at
 the end, the model folder (registered with an alias through
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from conductor_core.track.tracker import RunTracker
+from conductor_core.track.run_tracker import RunTracker
 
 RUN_FILE = "mlflow_run.json"
 """File in the stage's output dir recording the MLflow run (``run_id``, ``tracking_uri``)."""

@@ -26,6 +26,8 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
+from conductor_core.simulation.answers import hedge_answer, render_answer
+from conductor_core.simulation.problem_bank import ProblemBank
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import ExpertStartSpec, StageConfig, WarmupSpec
 from conductor_core.train.data import (
@@ -33,8 +35,6 @@ from conductor_core.train.data import (
     shown_workers,
     stage_prompt,
 )
-from conductor_core.workers.problem_bank import ProblemBank
-from conductor_core.workers.simulated_answers import hedge_answer, render_answer
 from conductor_core.workflow.model import (
     ALL,
     AccessMode,

@@ -1,5 +1,5 @@
 """Paths of the bundled files the simulated workers use: the simulated pool, the demo problems,
-the training problems and the workflow world's pool and questions (under
+the training problems and their pool, and the workflow world's pool and questions (under
 ``conductor_core/resources``)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 __all__ = [
     "bundled_pool_path",
     "bundled_problems_path",
+    "bundled_train_pool_path",
     "bundled_train_problems_path",
     "bundled_workflow_pool_path",
     "bundled_workflow_problems_path",
@@ -29,6 +30,11 @@ def bundled_problems_path() -> Path:
 def bundled_train_problems_path() -> Path:
     """Path of the bundled training problems (math, mcq, freeform; JSONL)."""
     return Path(str(resources.files("conductor_core.resources") / "train" / "problems.jsonl"))
+
+
+def bundled_train_pool_path() -> Path:
+    """Path of the simulated pool that matches the bundled training problems."""
+    return Path(str(resources.files("conductor_core.resources") / "train" / "pool.yaml"))
 
 
 def bundled_workflow_pool_path() -> Path:

@@ -96,7 +96,7 @@ def test_solve_asks_the_registered_model(run):
     import subprocess
     import sys
 
-    from conductor_core.pipeline_tasks.context import pool_path
+    from conductor_core.pipeline_steps.context import pool_path
 
     root, _, _ = run
     env = {

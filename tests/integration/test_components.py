@@ -19,7 +19,7 @@ def out(kind, path: Path):
 
 def test_register_component_promotes_then_keeps(tmp_path, monkeypatch):
     from components.register import register
-    from conductor_core.pipeline_tasks.manifest import ModelManifest
+    from conductor_core.pipeline_steps.manifest import ModelManifest
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     weights = tmp_path / "weights"
@@ -102,7 +102,7 @@ def test_data_eval_and_report_components_chain(tmp_path):
 
 def _broken_dataset(tmp_path: Path) -> Path:
     """A curated dataset whose first training problem has no reference answer."""
-    from conductor_core.pipeline_tasks.data_steps import curate_step
+    from conductor_core.pipeline_steps.data_steps import curate_step
     from conductor_core.tasks.problem import read_problems, write_parquet
 
     folder = tmp_path / "broken"

@@ -26,7 +26,7 @@ from conductor_core.policy.base import PlanRequest, PlanResult, parse_result
 from conductor_core.policy.scripted import ScriptedPlanSource
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 from conductor_core.solve import solve, solve_options
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool

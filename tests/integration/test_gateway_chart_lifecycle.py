@@ -18,7 +18,7 @@ import yaml
 
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 from tests.support.helm import run_helm
 
 pytest.importorskip("prometheus_client")

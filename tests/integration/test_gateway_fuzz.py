@@ -21,7 +21,7 @@ import pytest
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import API_KEYS_FILE_ENV, GatewayConfig
 from conductor_core.serve.protocol import ChatCompletionChunk
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
 

@@ -11,7 +11,7 @@ import pytest
 from conductor_core.policy.scripted import ScriptedPlanSource
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
 

@@ -18,8 +18,8 @@ import pytest
 from conductor_core import __version__
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.simulator import create_app as create_simulator
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import create_app as create_simulator
+from conductor_core.simulation.server import running_app
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool
 from tests.integration.test_gateway import metric

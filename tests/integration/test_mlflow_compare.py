@@ -329,7 +329,7 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
     import shlex
 
     from conductor_core.evaluate.records import RecordWriter
-    from conductor_core.pipeline_tasks.eval_steps import aggregate_step
+    from conductor_core.pipeline_steps.eval_steps import aggregate_step
     from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT
     from pipelines.local import LocalRun, _mlflow_run, local_tracking_uri
     from pipelines.summary import render_summary

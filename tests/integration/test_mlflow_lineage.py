@@ -37,10 +37,10 @@ def test_training_and_registration_lineage(mlflow_env, tmp_path, monkeypatch):
     from mlflow import MlflowClient
     from mlflow.models import Model
 
-    from conductor_core.pipeline_tasks.register_step import register_step
-    from conductor_core.pipeline_tasks.train_steps import train_step
+    from conductor_core.pipeline_steps.register_step import register_step
+    from conductor_core.pipeline_steps.train_steps import train_step
     from conductor_core.tasks.problem import read_problems
-    from conductor_core.train.problems import bundled_train_problems_path
+    from conductor_core.workers.bundled import bundled_train_problems_path
 
     monkeypatch.setenv("CONDUCTOR_GIT_COMMIT", "0123abc")
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.5")

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conductor_core.serve.model_proxy import ALLOWED_ROUTES, ModelPathFilter
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 
 pytest.importorskip("uvicorn")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_core.pipeline_tasks.context import close_parent_run
+from conductor_core.pipeline_steps.context import close_parent_run
 from conductor_core.track.mlflow_run import tracking_at
 from conductor_core.track.pipeline_runs import (
     PIPELINE_EXPERIMENT,

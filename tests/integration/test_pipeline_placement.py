@@ -216,7 +216,7 @@ def test_the_compile_time_settings_reach_the_trainjob_the_launcher_builds(
     """What the compiled launcher task receives, handed to the training step as the component
     does, builds a TrainJob with the settings file's nodes, GPU type, volume and env."""
     import conductor_core.cluster.launcher as launcher
-    import conductor_core.pipeline_tasks.train_steps as steps
+    import conductor_core.pipeline_steps.train_steps as steps
     import conductor_core.track.storage as storage
     from components.train import train_launcher
     from conductor_core.cluster.trainjob import build_manifests

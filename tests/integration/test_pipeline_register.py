@@ -52,8 +52,8 @@ def test_promote_only_when_better(store):
 
 def test_register_step_reads_the_comparison_and_updates_the_manifest(store, tmp_path):
     from conductor_core.errors import ConductorError
-    from conductor_core.pipeline_tasks.manifest import ModelManifest, read_manifest
-    from conductor_core.pipeline_tasks.register_step import register_step
+    from conductor_core.pipeline_steps.manifest import ModelManifest, read_manifest
+    from conductor_core.pipeline_steps.register_step import register_step
 
     _, model = store
     manifest = ModelManifest(weights_uri=str(model), stage="recursive", prompt_style="compact")

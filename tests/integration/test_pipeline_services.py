@@ -86,7 +86,7 @@ KILL_AFTER_CHECKPOINT_2 = """
 import json, os, signal, sys
 from transformers import TrainerCallback
 import conductor_core.train.grpo as grpo
-from conductor_core.pipeline_tasks.train_steps import train_step
+from conductor_core.pipeline_steps.train_steps import train_step
 
 class Die(TrainerCallback):
     def on_save(self, args, state, control, **kw):
@@ -101,9 +101,9 @@ train_step(**a)
 
 
 def test_killed_training_task_resumes_from_its_s3_checkpoint(s3_env, tmp_path, monkeypatch):
-    from conductor_core.pipeline_tasks.data_steps import curate_step
-    from conductor_core.pipeline_tasks.manifest import read_manifest
-    from conductor_core.pipeline_tasks.train_steps import train_step
+    from conductor_core.pipeline_steps.data_steps import curate_step
+    from conductor_core.pipeline_steps.manifest import read_manifest
+    from conductor_core.pipeline_steps.train_steps import train_step
 
     monkeypatch.setenv("CONDUCTOR_RUNS_DIR", str(tmp_path / "runs"))  # MLflow's local store
     dataset = tmp_path / "dataset"
@@ -154,8 +154,8 @@ def test_trainjob_launcher_hands_data_and_weights_through_s3(s3_env, tmp_path, m
     import conductor_core.cluster.launcher as launcher
     from conductor_core.cluster.launcher import LaunchResult
     from conductor_core.errors import ConfigError
-    from conductor_core.pipeline_tasks.data_steps import curate_step
-    from conductor_core.pipeline_tasks.train_steps import train_step
+    from conductor_core.pipeline_steps.data_steps import curate_step
+    from conductor_core.pipeline_steps.train_steps import train_step
 
     dataset = tmp_path / "dataset"
     curate_step("pipeline", dataset, log=lambda _: None)

@@ -10,7 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conductor_core.serve.simulator import create_app, running_app
+from conductor_core.simulation.answers import is_right_text
+from conductor_core.simulation.problem_bank import ProblemBank
+from conductor_core.simulation.server import create_app, running_app
 from conductor_core.tasks.problem import Problem, write_jsonl
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import (
@@ -19,8 +21,6 @@ from conductor_core.workers.config import (
     WorkerConfig,
     load_pool,
 )
-from conductor_core.workers.problem_bank import ProblemBank
-from conductor_core.workers.simulated_answers import is_right_text
 
 RETRY_AFTER_S = 0.2
 HANG_S = 3.0
@@ -248,7 +248,7 @@ def test_workers_know_the_problems_of_their_config(tmp_path):
 
 def test_cli_serve_problems_replace_the_pools(tmp_path, monkeypatch):
     from conductor_core.cli.simulate import command
-    from conductor_core.serve import simulator
+    from conductor_core.simulation import server as simulator
 
     path = tmp_path / "known.jsonl"
     write_jsonl(list(ProblemBank.bundled())[:3], path)

@@ -34,7 +34,7 @@ WORKER_LATENCY_MS = 250.0
 
 def _pool(path: Path) -> Path:
     """The bundled training pool, slowed down, with one worker naming a key variable."""
-    from conductor_core.train.problems import bundled_train_pool_path
+    from conductor_core.workers.bundled import bundled_train_pool_path
 
     data = yaml.safe_load(Path(bundled_train_pool_path()).read_text(encoding="utf-8"))
     for worker in data["workers"]:

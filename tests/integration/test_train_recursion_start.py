@@ -9,12 +9,12 @@ import asyncio
 
 import pytest
 
+from conductor_core.simulation.answers import HEDGES
 from conductor_core.train.config import build_config
 from conductor_core.train.expert_start import one_step_plan
 from conductor_core.train.grpo import load_inputs
 from conductor_core.train.recursion_start import executed_contexts
 from conductor_core.train.reward import best_workers
-from conductor_core.workers.simulated_answers import HEDGES
 
 pytestmark = pytest.mark.slow  # 30 questions x 16 executions x (1 + 4) simulated runs (2-6 s)
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conductor_core.track.mlflow_run import tracking_at
-from conductor_core.track.tracker import RunTracker
+from conductor_core.track.run_tracker import RunTracker
 from conductor_core.train.stage_tracker import (
     RUN_FILE,
     MlflowTracker,

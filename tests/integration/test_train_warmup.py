@@ -8,8 +8,8 @@ import pytest
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
 from conductor_core.train.data import select_problems
-from conductor_core.train.problems import bundled_train_problems_path
 from conductor_core.train.warmup import run_warmup
+from conductor_core.workers.bundled import bundled_train_problems_path
 
 PROBLEMS = select_problems(read_problems(bundled_train_problems_path()), "train", 60)
 

@@ -16,7 +16,7 @@ kubernetes = pytest.importorskip("kubernetes")
 
 from conductor_core.cluster.runtime import check_runtime  # noqa: E402
 from conductor_core.errors import ConfigError  # noqa: E402
-from conductor_core.pipeline_tasks.params import check_training_params  # noqa: E402
+from conductor_core.pipeline_steps.params import check_training_params  # noqa: E402
 
 RUNTIME = "ClusterTrainingRuntime/torch-distributed"
 

@@ -42,7 +42,7 @@ from conductor_core.policy.factory import load_plan_source
 from conductor_core.policy.pretrained import MODEL_NAME
 from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
-from conductor_core.serve.simulator import running_app
+from conductor_core.simulation.server import running_app
 from conductor_core.track.loopback import free_port
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool

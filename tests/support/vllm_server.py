@@ -129,8 +129,8 @@ def build_warm_conductor(
     from conductor_core.tasks.problem import read_problems
     from conductor_core.train.config import build_config
     from conductor_core.train.data import select_problems
-    from conductor_core.train.problems import bundled_train_problems_path
     from conductor_core.train.warmup import run_warmup
+    from conductor_core.workers.bundled import bundled_train_problems_path
     from conductor_core.workflow.prompts import save_prompt_spec
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -12,7 +12,7 @@ import yaml
 
 from conductor_core.cluster.settings import POD_KINDS, ClusterSettings, load_cluster_settings
 from conductor_core.errors import ConfigError
-from conductor_core.pipeline_tasks.params import check_artifact_root, check_training_params
+from conductor_core.pipeline_steps.params import check_artifact_root, check_training_params
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
 
@@ -96,7 +96,7 @@ def test_settings_give_the_default_root_the_shared_paths_and_the_s3_endpoint():
     assert ClusterSettings.model_validate(settings.model_dump()) == settings
     # the variable the settings set is the one every task reads
     from conductor_core.cluster import settings as cluster_settings
-    from conductor_core.pipeline_tasks import context
+    from conductor_core.pipeline_steps import context
 
     assert cluster_settings.ARTIFACT_ROOT_ENV == context.ARTIFACT_ROOT_ENV
 

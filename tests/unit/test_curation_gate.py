@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from conductor_core.cli import cli, main
 from conductor_core.data.config import example_config_path, load_config
+from conductor_core.data.curation import CurationFailed, curate, failed_report_paths
 from conductor_core.data.expectations import validate
-from conductor_core.data.pipeline import CurationFailed, curate, failed_report_paths
 from conductor_core.data.steps import normalise
 from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import read_jsonl, read_parquet

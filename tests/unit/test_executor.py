@@ -320,7 +320,7 @@ def test_repeated_requests_to_a_simulated_worker_draw_different_replies() -> Non
     gets two replies that mostly differ (before, one reply twice), and the first of them is
     the reply the request alone gets."""
     from conductor_core.tasks.problem import read_problems
-    from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
+    from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
     from conductor_core.workers.config import load_pool
     from conductor_core.workers.pool import WorkerPool
 

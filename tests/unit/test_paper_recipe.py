@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conductor_core.data.config import load_config
+from conductor_core.data.curation import curate
 from conductor_core.data.mixture import split
-from conductor_core.data.pipeline import curate
 from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.tasks.problem import Domain, Problem
 from conductor_core.tasks.sources import load_benchmark

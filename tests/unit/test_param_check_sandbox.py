@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conductor_core.errors import ConfigError
-from conductor_core.pipeline_tasks.params import check_training_params, grades_code
+from conductor_core.pipeline_steps.params import check_training_params, grades_code
 from conductor_core.tasks import sandbox
 
 REFUSAL = "sandbox: refusing to run generated code without bubblewrap (...)"

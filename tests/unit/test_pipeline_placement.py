@@ -104,7 +104,7 @@ def launched_with(monkeypatch, tmp_path, cluster_settings, **step):
     """Run ``train_step(launcher="trainjob")`` with the Kubernetes and S3 calls replaced;
     returns the (request, settings) it launched with."""
     import conductor_core.cluster.launcher as launcher
-    import conductor_core.pipeline_tasks.train_steps as steps
+    import conductor_core.pipeline_steps.train_steps as steps
     import conductor_core.track.storage as storage
 
     seen = {}
@@ -196,7 +196,7 @@ def _params(**over):
 
 
 def test_the_paper_profile_on_the_simulated_pool_stops_at_the_parameter_check():
-    from conductor_core.pipeline_tasks.params import check_training_params
+    from conductor_core.pipeline_steps.params import check_training_params
 
     with pytest.raises(ConfigError) as err:
         check_training_params(**_params(profile="paper"))
@@ -208,7 +208,7 @@ def test_the_paper_profile_on_the_simulated_pool_stops_at_the_parameter_check():
 
 
 def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_check():
-    from conductor_core.pipeline_tasks.params import check_profile_pool
+    from conductor_core.pipeline_steps.params import check_profile_pool
     from conductor_core.train.config import bundled_pool
 
     assert check_profile_pool("paper", bundled_pool("paper")) == []
@@ -217,7 +217,7 @@ def test_the_paper_profile_on_real_workers_and_the_tiny_profile_pass_the_pool_ch
 
 
 def test_the_small_profile_on_the_simulated_pool_passes_the_parameter_check():
-    from conductor_core.pipeline_tasks.params import check_profile_pool, check_training_params
+    from conductor_core.pipeline_steps.params import check_profile_pool, check_training_params
 
     assert check_profile_pool("small", "bundled") == []  # data.allow_simulated_pool: true
     checked = check_training_params(**_params(profile="small"))
@@ -227,7 +227,7 @@ def test_the_small_profile_on_the_simulated_pool_passes_the_parameter_check():
 @pytest.mark.parametrize("profile", ["tiny", "small"])
 def test_a_cpu_profile_with_the_trainjob_launcher_stops_at_the_parameter_check(profile):
     """Not sent to the cluster's GPU nodes as a TrainJob that never touches a GPU."""
-    from conductor_core.pipeline_tasks.params import check_training_params
+    from conductor_core.pipeline_steps.params import check_training_params
     from conductor_core.train.config import bundled_pool
 
     with pytest.raises(ConfigError) as err:
@@ -247,7 +247,7 @@ def test_a_cpu_profile_with_the_trainjob_launcher_stops_at_the_parameter_check(p
     ("profile", "placement"), [("tiny", "cpu"), ("small", "cpu"), ("paper", "gpu")]
 )
 def test_a_profile_is_placed_by_its_training_configs_device(profile, placement):
-    from conductor_core.pipeline_tasks.params import check_training_params, profile_placement
+    from conductor_core.pipeline_steps.params import check_training_params, profile_placement
     from conductor_core.train.config import bundled_pool
 
     assert profile_placement(profile) == placement
@@ -258,7 +258,7 @@ def test_a_profile_is_placed_by_its_training_configs_device(profile, placement):
 def test_every_profile_is_placed_as_each_of_its_stages_says():
     """The placement is read from the base stage; a stage that changed the device would train
     on the wrong pods (the pipeline places the three stages alike)."""
-    from conductor_core.pipeline_tasks.params import PROFILES, profile_placement
+    from conductor_core.pipeline_steps.params import PROFILES, profile_placement
     from conductor_core.train.config import PROFILES as CONFIG_PROFILES
     from conductor_core.train.config import STAGES, build_config
 
@@ -272,7 +272,7 @@ def test_every_profile_is_placed_as_each_of_its_stages_says():
 
 
 def test_an_unknown_profile_has_no_placement():
-    from conductor_core.pipeline_tasks.params import PROFILES, profile_placement
+    from conductor_core.pipeline_steps.params import PROFILES, profile_placement
 
     with pytest.raises(ConfigError) as err:
         profile_placement("tinny")
@@ -281,7 +281,7 @@ def test_an_unknown_profile_has_no_placement():
 
 def test_a_dropped_in_profile_is_placed_by_its_device(monkeypatch):
     """A profile YAML added to resources/train/profiles is accepted and placed by its device."""
-    import conductor_core.pipeline_tasks.params as params
+    import conductor_core.pipeline_steps.params as params
     import conductor_core.train.config as config
 
     for device, placement in (("cpu", "cpu"), ("cuda", "gpu"), ("auto", "gpu")):
@@ -299,7 +299,7 @@ def test_remote_weights_are_downloaded_into_the_workspace_when_the_pod_has_one(
     monkeypatch, tmp_path
 ):
     import conductor_core.track.registry as registry
-    from conductor_core.pipeline_tasks.manifest import ModelManifest, local_weights
+    from conductor_core.pipeline_steps.manifest import ModelManifest, local_weights
 
     seen = []
     monkeypatch.setattr(registry, "load_model_dir", lambda uri, dst: seen.append(dst) or dst)

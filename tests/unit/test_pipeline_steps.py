@@ -1,4 +1,4 @@
-"""The pipelines' steps as library calls (conductor_core.pipeline_tasks), without KFP."""
+"""The pipelines' steps as library calls (conductor_core.pipeline_steps), without KFP."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.support.eval_records import eval_record
 
 
 def test_run_folder_is_under_the_root_and_safe(tmp_path, monkeypatch):
-    from conductor_core.pipeline_tasks.context import artifact_root, run_folder
+    from conductor_core.pipeline_steps.context import artifact_root, run_folder
 
     monkeypatch.setenv("CONDUCTOR_ARTIFACT_ROOT", str(tmp_path / "art"))
     assert artifact_root() == str(tmp_path / "art")
@@ -23,7 +23,7 @@ def test_run_folder_is_under_the_root_and_safe(tmp_path, monkeypatch):
 
 
 def test_shard_specs():
-    from conductor_core.pipeline_tasks.eval_steps import shard_specs
+    from conductor_core.pipeline_steps.eval_steps import shard_specs
 
     assert shard_specs(3) == ["0/3", "1/3", "2/3"]
     with pytest.raises(ConfigError, match="eval_shards"):
@@ -31,7 +31,7 @@ def test_shard_specs():
 
 
 def test_parameter_check_names_every_bad_parameter():
-    from conductor_core.pipeline_tasks.params import check_training_params
+    from conductor_core.pipeline_steps.params import check_training_params
 
     good = {
         "profile": "tiny",
@@ -67,7 +67,7 @@ def test_parameter_check_names_every_bad_parameter():
 
 
 def test_manifest_round_trip_and_clear_errors(tmp_path):
-    from conductor_core.pipeline_tasks.manifest import ModelManifest, read_manifest
+    from conductor_core.pipeline_steps.manifest import ModelManifest, read_manifest
 
     m = ModelManifest(weights_uri="s3://b/run/base/model", stage="base", prompt_style="compact")
     path = m.write(tmp_path / "m" / "manifest.json")
@@ -82,7 +82,7 @@ def test_manifest_round_trip_and_clear_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def curated(tmp_path_factory):
-    from conductor_core.pipeline_tasks.data_steps import curate_step
+    from conductor_core.pipeline_steps.data_steps import curate_step
 
     out = tmp_path_factory.mktemp("curated") / "dataset"
     stats = curate_step("pipeline", out, log=lambda _: None)
@@ -103,7 +103,7 @@ def test_pipeline_curation_keeps_the_held_out_split_out(curated):
 def test_validate_step_passes_and_fails_with_a_report(curated, tmp_path):
     import shutil
 
-    from conductor_core.pipeline_tasks.data_steps import validate_step
+    from conductor_core.pipeline_steps.data_steps import validate_step
     from conductor_core.tasks.problem import read_problems, write_parquet
 
     out, _ = curated
@@ -126,7 +126,7 @@ def test_a_failed_validation_reports_and_the_gate_after_it_stops_the_run(curated
     outputs nowhere) and say why; the gate task after it fails with that one line."""
     import shutil
 
-    from conductor_core.pipeline_tasks.data_steps import gate_step, validate_step
+    from conductor_core.pipeline_steps.data_steps import gate_step, validate_step
     from conductor_core.tasks.problem import read_problems, write_parquet
 
     out, _ = curated
@@ -148,7 +148,7 @@ def test_a_failed_validation_reports_and_the_gate_after_it_stops_the_run(curated
 
 
 def test_validate_step_rejects_a_folder_that_is_not_a_dataset(tmp_path):
-    from conductor_core.pipeline_tasks.data_steps import validate_step
+    from conductor_core.pipeline_steps.data_steps import validate_step
 
     with pytest.raises(ConfigError, match="not a curated dataset"):
         validate_step(tmp_path, tmp_path / "r.html", tmp_path / "r.md")
@@ -156,7 +156,7 @@ def test_validate_step_rejects_a_folder_that_is_not_a_dataset(tmp_path):
 
 def test_comparison_picks_the_best_single_worker_and_moa():
     from conductor_core.evaluate.aggregate import OVERALL, Stats, Summary
-    from conductor_core.pipeline_tasks.eval_steps import comparison, comparison_markdown
+    from conductor_core.pipeline_steps.eval_steps import comparison, comparison_markdown
 
     def row(method, acc, calls):
         return Stats(method=method, benchmark=OVERALL, accuracy=acc, calls_per_question=calls)
@@ -181,7 +181,7 @@ def test_comparison_picks_the_best_single_worker_and_moa():
 
 
 def test_eval_shard_and_aggregate_on_the_held_out_split(tmp_path):
-    from conductor_core.pipeline_tasks.eval_steps import aggregate_step, eval_shard_step
+    from conductor_core.pipeline_steps.eval_steps import aggregate_step, eval_shard_step
 
     shards = []
     for spec in ("0/2", "1/2"):
@@ -221,7 +221,7 @@ def test_aggregate_step_counts_a_rerun_record_once(tmp_path):
     """A shard's records file keeps an infrastructure failure and, appended after it, its re-run:
     the pipeline's aggregate counts the re-run only, as `conductor eval aggregate` does."""
     from conductor_core.evaluate.records import RecordWriter
-    from conductor_core.pipeline_tasks.eval_steps import aggregate_step
+    from conductor_core.pipeline_steps.eval_steps import aggregate_step
 
     shard = tmp_path / "0of1"
     with RecordWriter(shard / "records-0of1.jsonl") as w:
@@ -244,7 +244,7 @@ def test_aggregate_step_counts_a_rerun_record_once(tmp_path):
 
 
 def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):
-    from conductor_core.pipeline_tasks.train_steps import train_config
+    from conductor_core.pipeline_steps.train_steps import train_config
 
     common = {"stage": "base", "profile": "tiny", "dataset_dir": tmp_path, "pool": "bundled"}
     kept = train_config(**common, output_dir=tmp_path / "a")
@@ -256,7 +256,7 @@ def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):
 def test_train_config_takes_the_seed_for_training_and_the_tiny_weights_or_keeps_the_profiles(
     tmp_path,
 ):
-    from conductor_core.pipeline_tasks.train_steps import train_config
+    from conductor_core.pipeline_steps.train_steps import train_config
 
     common = {"stage": "base", "profile": "tiny", "dataset_dir": tmp_path, "pool": "bundled"}
     kept = train_config(**common, output_dir=tmp_path / "a")

@@ -10,7 +10,7 @@ import pytest
 
 
 def test_image_links_to_the_reports_folder_become_data_uris(tmp_path):
-    from conductor_core.pipeline_tasks.eval_steps import inline_images
+    from conductor_core.pipeline_steps.eval_steps import inline_images
 
     png = b"\x89PNG\r\n\x1a\nnot-really-a-plot"
     (tmp_path / "accuracy_vs_cost.png").write_bytes(png)
@@ -27,7 +27,7 @@ def test_image_links_to_the_reports_folder_become_data_uris(tmp_path):
 
 
 def test_the_summary_artifact_has_the_comparison_and_no_relative_image_link(tmp_path):
-    from conductor_core.pipeline_tasks.eval_steps import summary_markdown
+    from conductor_core.pipeline_steps.eval_steps import summary_markdown
 
     (tmp_path / "plot.png").write_bytes(b"png")
     (tmp_path / "report.md").write_text("# Evaluation\n\n![plot](plot.png)\n")
@@ -44,7 +44,7 @@ def test_the_summary_artifact_has_the_comparison_and_no_relative_image_link(tmp_
     "uri", ["models:/conductor/3", "runs:/abc/model", "s3://b/m", "scripted", "", "/models/x"]
 )
 def test_only_an_alias_needs_the_registry(uri):
-    from conductor_core.pipeline_tasks.eval_steps import resolve_conductor_step
+    from conductor_core.pipeline_steps.eval_steps import resolve_conductor_step
     from conductor_core.track.registry import resolve_model_uri
 
     assert resolve_model_uri(uri) == uri  # no MLflow store is opened (a unit test may not)

@@ -8,6 +8,8 @@ from random import Random
 
 import pytest
 
+from conductor_core.simulation.answers import broken_code, is_right_text, wrong_math
+from conductor_core.simulation.problem_bank import ProblemBank
 from conductor_core.tasks.problem import Domain, Problem, write_jsonl
 from conductor_core.workers.bundled import bundled_pool_path, bundled_problems_path
 from conductor_core.workers.config import (
@@ -16,9 +18,7 @@ from conductor_core.workers.config import (
     WorkerConfig,
     load_pool,
 )
-from conductor_core.workers.problem_bank import ProblemBank
 from conductor_core.workers.simulated import SimulatedProvider, parse_worker_message
-from conductor_core.workers.simulated_answers import broken_code, is_right_text, wrong_math
 from conductor_core.workers.types import ErrorKind, Provider, ProviderError
 from tests.support.simulated import ask, make_worker, user, worker_message
 
@@ -394,8 +394,8 @@ def test_real_graders_agree_with_simulated_right_and_wrong_answers():
 
 
 def test_hedging_follows_correctness_and_keeps_answers_gradable():
+    from conductor_core.simulation.answers import HEDGES
     from conductor_core.tasks.grading import grade
-    from conductor_core.workers.simulated_answers import HEDGES
 
     def hedged(text: str) -> bool:
         return text.rsplit("\n", 1)[-1] in HEDGES
@@ -428,7 +428,7 @@ def test_hedging_follows_correctness_and_keeps_answers_gradable():
 
 @pytest.fixture
 def fresh_bank_cache():
-    from conductor_core.workers.problem_bank import clear_bank_cache
+    from conductor_core.simulation.problem_bank import clear_bank_cache
 
     clear_bank_cache()
     yield
@@ -451,8 +451,8 @@ def test_provider_finds_its_bank_from_its_config(tmp_path):
 
 
 def test_bank_of_several_files_and_bundled_names(tmp_path):
+    from conductor_core.simulation.problem_bank import bank_for
     from conductor_core.workers.bundled import bundled_train_problems_path
-    from conductor_core.workers.problem_bank import bank_for
 
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     write_jsonl([MATH], first)
@@ -466,7 +466,7 @@ def test_bank_of_several_files_and_bundled_names(tmp_path):
 
 
 def test_relative_problem_path_resolves_against_the_working_directory(tmp_path, monkeypatch):
-    from conductor_core.workers.problem_bank import bank_for
+    from conductor_core.simulation.problem_bank import bank_for
 
     (tmp_path / "sub").mkdir()
     write_jsonl([FREE], tmp_path / "sub" / "p.jsonl")
@@ -490,7 +490,7 @@ def test_missing_problem_file_is_a_config_error(tmp_path):
 def test_a_pool_reads_each_problem_file_once(tmp_path, monkeypatch, fresh_bank_cache):
     import os
 
-    from conductor_core.workers import problem_bank
+    from conductor_core.simulation import problem_bank
     from conductor_core.workers.pool import WorkerPool
 
     reads: list[str] = []
@@ -520,7 +520,7 @@ def test_a_pool_reads_each_problem_file_once(tmp_path, monkeypatch, fresh_bank_c
 
 
 def test_known_problem_looks_a_question_up_in_the_pools_problems(tmp_path):
-    from conductor_core.workers.problem_bank import known_problem, known_problems
+    from conductor_core.simulation.problem_bank import known_problem, known_problems
 
     path = tmp_path / "known.jsonl"
     write_jsonl([FREE], path)

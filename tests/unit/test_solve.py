@@ -247,7 +247,7 @@ def test_a_later_round_asking_the_same_subtask_again_gets_a_fresh_sample() -> No
     so a new plan can mend a wrong answer. Before, every round used one sample index and a
     repeated plan always reproduced round 1's answer."""
     from conductor_core.tasks.problem import read_problems
-    from conductor_core.train.problems import (
+    from conductor_core.workers.bundled import (
         bundled_train_pool_path,
         bundled_train_problems_path,
     )

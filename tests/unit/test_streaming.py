@@ -25,7 +25,7 @@ from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.protocol import ChatCompletionChunk
 from conductor_core.serve.serving import AnswerStream, cut_to_tokens, final_answer
-from conductor_core.serve.simulator import create_app as create_simulator
+from conductor_core.simulation.server import create_app as create_simulator
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool, parse_pool

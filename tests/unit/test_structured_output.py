@@ -14,10 +14,10 @@ from pydantic import BaseModel
 
 from conductor_core.serve.protocol import RequestError, ResponseFormat
 from conductor_core.serve.structured import answer_problem, check_answer, output_format_of, unfenced
+from conductor_core.simulation.json_answers import json_answer
 from conductor_core.workers.cache import cache_key
 from conductor_core.workers.config import PoolConfig, WorkerConfig
 from conductor_core.workers.pool import WorkerPool
-from conductor_core.workers.simulated_json import json_answer
 from conductor_core.workers.types import Completion, OutputFormat
 from conductor_core.workflow.executor import execute
 from conductor_core.workflow.model import ALL, Step, Workflow

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from conductor_core.simulation.routing_problems import synthetic_problems
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
 from conductor_core.train.data import build_dataset, build_rows, select_problems
-from conductor_core.train.problems import (
-    bundled_train_pool_path,
-    bundled_train_problems_path,
-    synthetic_problems,
-)
+from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.workers.config import load_pool
 from conductor_core.workflow.prompts import compact_prompt
 

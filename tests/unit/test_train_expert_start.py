@@ -13,7 +13,7 @@ from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
 from conductor_core.train.data import select_problems
 from conductor_core.train.expert_start import expert_examples, one_step_plan, significant_best
-from conductor_core.train.problems import bundled_train_problems_path
+from conductor_core.workers.bundled import bundled_train_problems_path
 from conductor_core.workflow.parser import parse_plan
 
 PROBLEMS = select_problems(read_problems(bundled_train_problems_path()), "train", 40)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from conductor_core.errors import ConfigError
+from conductor_core.simulation.problem_bank import known_problem
 from conductor_core.tasks.problem import read_problems, write_jsonl
 from conductor_core.train.config import build_config
 from conductor_core.train.grpo import load_inputs
-from conductor_core.train.problems import bundled_train_pool_path
-from conductor_core.workers.bundled import bundled_train_problems_path
+from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.workers.config import load_pool
-from conductor_core.workers.problem_bank import known_problem
 
 
 def test_bundled_training_pool_knows_the_bundled_training_problems():

@@ -13,9 +13,9 @@ from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
 from conductor_core.train.data import select_problems
-from conductor_core.train.problems import bundled_train_problems_path
 from conductor_core.train.recursion_start import Context, recursion_examples
 from conductor_core.train.warmup import KEEP_PLAN
+from conductor_core.workers.bundled import bundled_train_problems_path
 
 PROBLEMS = select_problems(read_problems(bundled_train_problems_path()), "train", 4)
 PLAN = "model_id = [2]\nsubtasks = ['Answer the question.']\naccess_list = [[]]"

@@ -13,7 +13,6 @@ from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import SolveOptions
 from conductor_core.tasks.problem import read_problems
-from conductor_core.train.problems import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.train.recursive import recursion_metrics
 from conductor_core.train.reward import (
     ConductorReward,
@@ -21,6 +20,7 @@ from conductor_core.train.reward import (
     Truncation,
     summarize,
 )
+from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
 from conductor_core.workers.config import PoolConfig, load_pool
 from conductor_core.workers.pool import WorkerPool
 from conductor_core.workers.providers import error_for_status
@@ -110,7 +110,7 @@ def test_several_executions_are_averaged():
     assert all(0.5 <= v <= 1.0 for v in out)
     assert r.last_outcomes[0].calls == 4
     # What a recursion round may keep is the one answer it is shown: that answer's own grade.
-    from conductor_core.workers.simulated_answers import is_right_text
+    from conductor_core.simulation.answers import is_right_text
 
     kept = [o.kept_reward for o in r.last_outcomes]
     assert set(kept) == {0.5, 1.0}

@@ -12,13 +12,13 @@ import pytest
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.config import build_config
 from conductor_core.train.data import select_problems
-from conductor_core.train.problems import bundled_train_problems_path
 from conductor_core.train.warmup import (
     KEEP_PLAN,
     encode_example,
     synthetic_plan,
     warmup_texts,
 )
+from conductor_core.workers.bundled import bundled_train_problems_path
 from conductor_core.workflow.parser import parse_plan
 
 PROBLEMS = select_problems(read_problems(bundled_train_problems_path()), "train", 60)
@@ -77,7 +77,7 @@ def test_descriptor_mode_warmup_shows_the_prompt_the_stage_trains_on():
     description words first appeared in GRPO); its plans name only the ids shown."""
     import re
 
-    from conductor_core.train.problems import bundled_train_pool_path
+    from conductor_core.workers.bundled import bundled_train_pool_path
     from conductor_core.workers.config import load_pool
 
     descriptions = [w.description for w in load_pool(bundled_train_pool_path()).workers]

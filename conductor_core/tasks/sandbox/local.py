@@ -24,7 +24,7 @@ from conductor_core.tasks.sandbox.isolation import (
     available_modes,
     build_plan,
 )
-from conductor_core.tasks.sandbox.outcome import RunOutcome, classify, scrubbed_env, signal_of
+from conductor_core.tasks.sandbox.run_outcome import RunOutcome, classify, scrubbed_env, signal_of
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"

@@ -377,7 +377,7 @@ class _Zygote:
         import subprocess
 
         from conductor_core.tasks.sandbox.isolation import bwrap_argv, python_roots, site_dirs
-        from conductor_core.tasks.sandbox.outcome import scrubbed_env
+        from conductor_core.tasks.sandbox.run_outcome import scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxLimits
 
         with open(__file__, encoding="utf-8") as fh:
@@ -590,7 +590,7 @@ class ZygotePool:
     def run(self, code: str, stdin: str, limits, files: dict[str, str]):
         """Run one program (``limits``: SandboxLimits, ``files`` already validated) and return
         a SandboxResult; infrastructure failures give ``sandbox_error``."""
-        from conductor_core.tasks.sandbox.outcome import RunOutcome, classify, scrubbed_env
+        from conductor_core.tasks.sandbox.run_outcome import RunOutcome, classify, scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxResult
 
         start = time.monotonic()
