@@ -22,17 +22,20 @@ in the trace.
 stage scores a second-round plan this way): the first round it runs is then that round's successor,
 and its format error, plan failure or infrastructure failure is the trace's.
 
-Each round's worker calls are new samples (:func:`round_sample_index`): a later round that asks a
-worker the same subtask again gets a fresh reply, as a real model sampled anew gives, not round 1's
-reply back from a seeded worker (simulated, local transformers) or the response cache.
+Each round's worker calls are new samples (:func:`conductor_core.sample_streams.round_index`): a
+later round that asks a worker the same subtask again gets a fresh reply, as a real model sampled
+anew gives, not round 1's reply back from a seeded worker (simulated, local transformers) or the
+response cache.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from conductor_core import telemetry
+from conductor_core import sample_streams, telemetry
 from conductor_core.policy.base import (
     PlanRequest,
     PlanResult,
@@ -48,15 +51,22 @@ from conductor_core.workflow.parser import check_offered
 from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
-ROUND_STRIDE = 1 << 40
-"""Sample-index distance between rounds: far above any repeat or training-row index, so round ``r``
-of one sample never shares a sample index with round 1 of another."""
+_MOVED = {"ROUND_STRIDE": "ROUND_STRIDE", "round_sample_index": "round_index"}
+"""Names that moved to :mod:`conductor_core.sample_streams` (issue 47): old name -> new name."""
 
 
-def round_sample_index(sample_index: int, round_index: int) -> int:
-    """The sample index of round ``round_index``'s worker calls (0-based; round 0 keeps
-    ``sample_index``, so single-round traces, seeds and cached replies are unchanged)."""
-    return sample_index + round_index * ROUND_STRIDE
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_MOVED`, for one release, with a ``DeprecationWarning``."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    new = _MOVED[name]
+    warnings.warn(
+        f"conductor_core.solve.{name} moved to conductor_core.sample_streams.{new}: import it "
+        "from there; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(sample_streams, new)
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,7 @@ async def _solve(
             pool,
             budget=budget,
             previous_answer=answer if r > 0 else None,
-            sample_index=round_sample_index(sample_index, r),
+            sample_index=sample_streams.round_index(sample_index, r),
             answer_fallback=opts.answer_fallback,
             on_event=on_event,
             # only the last round's answer cannot be replaced by a later one

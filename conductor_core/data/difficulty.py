@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from conductor_core.data.config import DifficultyConfig
 from conductor_core.data.records import Filtered, Removal
+from conductor_core.sample_streams import curation_index
 from conductor_core.tasks.problem import Problem, write_jsonl
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +78,8 @@ async def rate_problems(
                         sources[worker],
                         pool,
                         options=options,
-                        sample_index=sample,
+                        # the curation stream: training never draws these samples again
+                        sample_index=curation_index(sample),
                     )
                     if trace.infra_error:
                         infra += 1

@@ -171,7 +171,9 @@ class EvalConfig(_Strict):
         "learned, whatever this says; set it for a served Conductor trained on `compact`.",
     )
     seed: int = Field(
-        default=0, description="Seed of the sample indices (seed * 1000003 + repeat)."
+        default=0,
+        description="Seed of the sample indices: the evaluation stream's seed * 1000003 + "
+        "repeat (conductor_core/sample_streams.py).",
     )
     shard: ShardSpec = Field(default_factory=ShardSpec, description="The shard to run.")
     concurrency: int = Field(default=32, ge=1, description="Problems in flight.")

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 from conductor_core.policy.base import PlanRequest, PlanResult, PlanSource
 from conductor_core.policy.fixed import FixedPlanSource, one_step
+from conductor_core.sample_streams import draw_index
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import WorkerConfig
@@ -304,7 +305,12 @@ class SelfConsistencyMethod:
         caller = BareQuestionCaller(pool, problem.question) if self.bare_question else pool
         traces = await asyncio.gather(
             *(
-                solve(problem.question, self.source, caller, sample_index=sample_index * self.n + k)
+                solve(
+                    problem.question,
+                    self.source,
+                    caller,
+                    sample_index=draw_index(sample_index, self.n, k),
+                )
                 for k in range(self.n)
             )
         )

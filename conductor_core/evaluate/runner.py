@@ -13,6 +13,7 @@ from pathlib import Path
 from conductor_core.evaluate.methods import Attempt, Method
 from conductor_core.evaluate.records import EvalRecord, RecordWriter, dedupe, read_records
 from conductor_core.outcome import grade
+from conductor_core.sample_streams import evaluation_index
 from conductor_core.tasks.problem import Problem
 from conductor_core.workflow.executor import WorkerCaller
 
@@ -39,9 +40,13 @@ class RunConfig:
     grade_timeout_s: float = 30.0
     batch_planning: bool = True
 
+    def __post_init__(self) -> None:
+        evaluation_index(self.seed, 0)  # refuses a seed the evaluation stream cannot hold
+
     def sample_index(self, repeat: int) -> int:
-        """The sample index of a repeat: same seed and repeat, same sample."""
-        return self.seed * 1_000_003 + repeat
+        """The sample index of a repeat: same seed and repeat, same sample
+        (:func:`~conductor_core.sample_streams.evaluation_index`)."""
+        return evaluation_index(self.seed, repeat)
 
 
 async def evaluate_one(

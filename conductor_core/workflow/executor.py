@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conductor_core import telemetry
+from conductor_core.sample_streams import REPEAT_STRIDE as REPEAT_STRIDE
+from conductor_core.sample_streams import repeat_index
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.types import (
     CallResult,
@@ -49,11 +51,6 @@ from conductor_core.workers.types import (
 from conductor_core.workflow.model import ALL, Workflow
 from conductor_core.workflow.prompts import prompt_digest, worker_message
 from conductor_core.workflow.trace import StepTrace, WorkflowTrace
-
-REPEAT_STRIDE = 1 << 48
-"""Sample-index distance between identical requests of one plan: above any training-row index and
-any round's offset (``solve.ROUND_STRIDE`` times the round, under 256 rounds), so no two calls
-share an index."""
 
 ANSWER_FORMAT: contextvars.ContextVar[OutputFormat | None] = contextvars.ContextVar(
     "conductor_answer_format", default=None
@@ -152,15 +149,16 @@ async def execute(
 def step_sample_indices(workflow: Workflow, sample_index: int) -> list[int]:
     """Each step's sample index. Steps that make the same request (same worker, subtask and
     visible steps, so the same prompt) are new samples of it, as a sampled API gives: the ``n``-th
-    repeat draws ``sample_index + n * REPEAT_STRIDE``. A request made once keeps ``sample_index``,
-    so plans without repeats run as they always did (seeds, traces and cached replies)."""
+    repeat draws :func:`~conductor_core.sample_streams.repeat_index` of ``sample_index`` and ``n``
+    (``REPEAT_STRIDE`` apart, re-exported here). A request made once keeps ``sample_index``, so
+    plans without repeats run as they always did (seeds, traces and cached replies)."""
     seen: dict[tuple[int, str, tuple[int, ...]], int] = {}
     out: list[int] = []
     for i, step in enumerate(workflow.steps):
         key = (step.worker, step.subtask, step.visible(i))
         repeat = seen.get(key, 0)
         seen[key] = repeat + 1
-        out.append(sample_index + repeat * REPEAT_STRIDE)
+        out.append(repeat_index(sample_index, repeat))
     return out
 
 

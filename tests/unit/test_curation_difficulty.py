@@ -9,6 +9,7 @@ import pytest
 from conductor_core.data.config import DifficultyConfig
 from conductor_core.data.difficulty import Rating, apply_ratings, difficulty_filter
 from conductor_core.errors import ConfigError
+from conductor_core.sample_streams import Stream, curation_index, position_of
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.types import CallResult
@@ -21,7 +22,8 @@ def prob(pid: str, question: str, reference: str = "1") -> Problem:
 
 
 class ScriptedPool:
-    """Answers right for the first ``right[q]`` samples of each question; ``down`` fails all."""
+    """Answers right for the first ``right[q]`` samples of each question (the curation stream's
+    positions); ``down`` fails all. ``calls`` records (worker, sample) of each call."""
 
     def __init__(self, right: dict[str, int], down: set[str] = frozenset()) -> None:
         self.right = right
@@ -35,12 +37,14 @@ class ScriptedPool:
         return WorkerConfig(provider="simulated", model=f"w{worker_id}")
 
     async def call(self, worker_id, messages, *, sample_index=0, **kwargs) -> CallResult:
-        self.calls.append((worker_id, sample_index))
+        stream, sample = position_of(sample_index)
+        assert stream is Stream.CURATION  # never an index training or evaluation draws
+        self.calls.append((worker_id, sample))
         text = messages[-1]["content"]
         q = next(k for k in self.right if k in text)
         if q in self.down:
             return CallResult(worker=worker_id, model="w", error="boom", error_kind="server_error")
-        answer = "RIGHT" if sample_index < self.right[q] else "WRONG"
+        answer = "RIGHT" if sample < self.right[q] else "WRONG"
         return CallResult(worker=worker_id, model="w", text=answer)
 
 
@@ -143,7 +147,7 @@ def test_each_sample_is_a_fixed_one_step_plan_through_solve(monkeypatch) -> None
         [prob("some", "Q-some")], cfg, pool=pool, grader=exact_grader, progress=False
     )
     assert kept[0].metadata["solve_rate"] == round(2 / 3, 4)
-    assert [k for _, k, _ in seen] == [0, 1, 2]
+    assert [k for _, k, _ in seen] == [curation_index(k) for k in range(3)]
     for source, _, trace in seen:
         assert isinstance(source, FixedPlanSource)
         (round_,) = trace.rounds
