@@ -12,7 +12,7 @@ gateway); an invalid one gets a 400 in the OpenAI error format naming the field.
 
 ``stream: true`` (with ``n`` = 1) answers as OpenAI's server-sent events: a role chunk, the answer
 in pieces with the simulated latency spread before them
-(:meth:`~conductor_core.workers.simulated.SimulatedProvider.stream_plan`), a chunk with the
+(:meth:`~conductor_core.simulation.provider.SimulatedProvider.stream_plan`), a chunk with the
 ``finish_reason``, the usage chunk when ``stream_options.include_usage`` is set, ``[DONE]``. A
 failure drawn for a streamed request is sent before the stream starts, as for any other (a
 malformed one as a ``data:`` line that is not JSON).
@@ -62,8 +62,8 @@ from conductor_core.serve.protocol import (
 )
 from conductor_core.serve.structured import output_format_of
 from conductor_core.simulation.problem_bank import known_problems
+from conductor_core.simulation.provider import SimulatedProvider
 from conductor_core.workers.config import PoolConfig
-from conductor_core.workers.simulated import SimulatedProvider
 from conductor_core.workers.types import Messages, OutputFormat
 
 __all__ = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conductor_core.simulation.problem_bank import ProblemBank
+from conductor_core.simulation.provider import SimulatedProvider
 from conductor_core.tasks.problem import Domain
-from conductor_core.workers.simulated import SimulatedProvider
 from tests.support.simulated import ask, make_worker, worker_message
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from conductor_core.simulation.provider import SimulatedProvider
 from conductor_core.workers.config import SimulationProfile, WorkerConfig
-from conductor_core.workers.simulated import SimulatedProvider
 
 PREAMBLE = "You are one agent solving one subtask of a larger task."
 

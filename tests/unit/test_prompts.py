@@ -239,7 +239,7 @@ def test_worker_message_contains_exactly_the_visible_steps() -> None:
 
 
 def test_worker_message_is_understood_by_the_simulated_workers() -> None:
-    from conductor_core.workers.simulated import parse_worker_message
+    from conductor_core.simulation.provider import parse_worker_message
 
     msg = worker_message("Q?", [(1, "a", "b")], "do it", previous_answer="p")
     parsed = parse_worker_message(msg)

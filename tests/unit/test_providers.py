@@ -327,7 +327,7 @@ def test_build_provider_dispatch(tmp_path) -> None:
     p = build_provider(openai_worker(), worker_id=0)
     assert isinstance(p, OpenAIProvider) and SECRET not in repr(p)
     asyncio.run(p.aclose())
-    from conductor_core.workers.simulated import SimulatedProvider
+    from conductor_core.simulation.provider import SimulatedProvider
 
     assert isinstance(
         build_provider(WorkerConfig(provider="simulated", model="s")), SimulatedProvider

@@ -10,6 +10,7 @@ import pytest
 
 from conductor_core.simulation.answers import broken_code, is_right_text, wrong_math
 from conductor_core.simulation.problem_bank import ProblemBank
+from conductor_core.simulation.provider import SimulatedProvider, parse_worker_message
 from conductor_core.tasks.problem import Domain, Problem, write_jsonl
 from conductor_core.workers.bundled import bundled_pool_path, bundled_problems_path
 from conductor_core.workers.config import (
@@ -18,7 +19,6 @@ from conductor_core.workers.config import (
     WorkerConfig,
     load_pool,
 )
-from conductor_core.workers.simulated import SimulatedProvider, parse_worker_message
 from conductor_core.workers.types import ErrorKind, Provider, ProviderError
 from tests.support.simulated import ask, make_worker, user, worker_message
 

@@ -25,13 +25,13 @@ from conductor_core.serve.app import create_app
 from conductor_core.serve.config import GatewayConfig
 from conductor_core.serve.protocol import ChatCompletionChunk
 from conductor_core.serve.serving import AnswerStream, cut_to_tokens, final_answer
+from conductor_core.simulation.provider import STREAM_CHUNKS, SimulatedProvider, stream_pieces
 from conductor_core.simulation.server import create_app as create_simulator
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.workers.bundled import bundled_pool_path
 from conductor_core.workers.config import load_pool, parse_pool
 from conductor_core.workers.pool import WorkerPool
 from conductor_core.workers.providers.openai_compat import OpenAIProvider
-from conductor_core.workers.simulated import STREAM_CHUNKS, SimulatedProvider, stream_pieces
 from conductor_core.workers.types import Completion, ErrorKind, ProviderError, Usage
 from conductor_core.workflow.executor import execute
 from conductor_core.workflow.model import Step, Workflow

@@ -44,7 +44,7 @@ def build_provider(worker: WorkerConfig, *, worker_id: int | None = None) -> Pro
 
         return TransformersProvider(worker, worker_id=worker_id)
     if worker.provider == "simulated":
-        from conductor_core.workers.simulated import SimulatedProvider
+        from conductor_core.simulation.provider import SimulatedProvider
 
         return SimulatedProvider(worker)
     raise ValueError(f"unknown provider {worker.provider!r}")
