@@ -57,6 +57,7 @@ from conductor_core.workers.types import (
     ProviderError,
     Usage,
 )
+from conductor_core.workflow.executor import REPEAT_STRIDE
 
 __all__ = [
     "FAILURE_KINDS",
@@ -199,7 +200,7 @@ class SimulatedProvider:
         failure = self._draw_failure(key)
         if failure is not None:
             raise self.failure_error(failure)
-        return await self._answer(messages, parsed, key, output_format)
+        return await self._answer(messages, parsed, key, output_format, sample_index)
 
     async def complete_stream(
         self,
@@ -215,7 +216,7 @@ class SimulatedProvider:
         failure = self._draw_failure(key)
         if failure is not None:
             raise self.failure_error(failure)
-        completion, plan = self._stream_plan(messages, parsed, key, output_format)
+        completion, plan = self._stream_plan(messages, parsed, key, output_format, sample_index)
         loop = asyncio.get_running_loop()
         due = loop.time()
         for delay_s, piece in plan:
@@ -276,7 +277,7 @@ class SimulatedProvider:
     ) -> Completion:
         """The deterministic answer (after the simulated latency), without failure injection."""
         parsed, key = self._prepare(messages, sample_index)
-        return await self._answer(messages, parsed, key, output_format)
+        return await self._answer(messages, parsed, key, output_format, sample_index)
 
     def answer_now(
         self,
@@ -287,7 +288,7 @@ class SimulatedProvider:
     ) -> Completion:
         """The deterministic answer without latency or failure injection."""
         parsed, key = self._prepare(messages, sample_index)
-        return self._compose(messages, parsed, key, output_format)
+        return self._compose(messages, parsed, key, output_format, sample_index)
 
     def stream_plan(
         self,
@@ -300,7 +301,7 @@ class SimulatedProvider:
         (:func:`stream_pieces`), each with the seconds to wait before it; the waits add up to
         the simulated latency of the unstreamed answer."""
         parsed, key = self._prepare(messages, sample_index)
-        return self._stream_plan(messages, parsed, key, output_format)
+        return self._stream_plan(messages, parsed, key, output_format, sample_index)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -338,11 +339,12 @@ class SimulatedProvider:
         parsed: ParsedMessage,
         key: int,
         output_format: OutputFormat | None = None,
+        sample_index: int = 0,
     ) -> Completion:
         delay_ms = self._latency_ms(Random(_stable_int("latency", key)))
         if delay_ms > 0:
             await self._sleep(delay_ms / 1000.0)
-        return self._compose(messages, parsed, key, output_format)
+        return self._compose(messages, parsed, key, output_format, sample_index)
 
     def _stream_plan(
         self,
@@ -350,8 +352,9 @@ class SimulatedProvider:
         parsed: ParsedMessage,
         key: int,
         output_format: OutputFormat | None = None,
+        sample_index: int = 0,
     ) -> tuple[Completion, list[tuple[float, str]]]:
-        completion = self._compose(messages, parsed, key, output_format)
+        completion = self._compose(messages, parsed, key, output_format, sample_index)
         pieces = stream_pieces(completion.text) or [""]  # an empty answer still takes its time
         delay_s = self._latency_ms(Random(_stable_int("latency", key))) / 1000.0
         return completion, [(delay_s / len(pieces), piece) for piece in pieces]
@@ -362,6 +365,7 @@ class SimulatedProvider:
         parsed: ParsedMessage,
         key: int,
         output_format: OutputFormat | None = None,
+        sample_index: int = 0,
     ) -> Completion:
         problem = self.bank.get(parsed.question)
         rng = Random(_stable_int("answer", key))
@@ -370,7 +374,17 @@ class SimulatedProvider:
         if problem is None:
             text = generic_answer(parsed.subtask or parsed.question, rng)
         elif world is not None and rules is not None:
-            text = respond(world, self.profile, rules, parsed.subtask, parsed.visible_texts(), rng)
+            # A worker's own answers are one per run: repeats of a request within it share them.
+            own_key = _stable_int(
+                "own",
+                self.profile.seed,
+                self.config.model,
+                normalize_text(parsed.question),
+                sample_index % REPEAT_STRIDE,
+            )
+            text = respond(
+                world, self.profile, rules, parsed.subtask, parsed.visible_texts(), rng, own_key
+            )
         else:
             right = rng.random() < self.success_probability(problem, parsed)
             text = render_answer(problem, right, rng, self.bank)

@@ -246,9 +246,7 @@ def test_with_persistent_errors_a_worker_checking_itself_fixes_nothing() -> None
         0.5625, abs=0.04
     )
     # persistent: the worker writes its own wrong answer again; another worker's is its own
-    assert plan_success(TWO, self_check, profiles(1.0), draws=2000) == pytest.approx(
-        0.25, abs=0.04
-    )
+    assert plan_success(TWO, self_check, profiles(1.0), draws=2000) == pytest.approx(0.25, abs=0.04)
     assert plan_success(TWO, cross_check, profiles(1.0), draws=2000) == pytest.approx(
         0.5625, abs=0.04
     )
