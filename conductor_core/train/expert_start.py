@@ -38,6 +38,7 @@ from random import Random
 from typing import Any
 
 from conductor_core.errors import ConfigError
+from conductor_core.sample_streams import expert_start_index
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import offered_subset, shown_workers, stage_prompt
@@ -115,8 +116,12 @@ async def answer_rates(
 
     async def one(index: int, problem: Problem) -> list[float | None]:
         # sample indexes fixed by the question's place, so a resumed run draws what it would have
+        n = len(texts)
         outcomes = await reward.score(
-            texts, [problem.id] * len(texts), [None] * len(texts), base_index=index * len(texts)
+            texts,
+            [problem.id] * n,
+            [None] * n,
+            sample_indices=[expert_start_index(index, n, j) for j in range(n)],
         )
         rates: list[float | None] = []
         for w in range(size):

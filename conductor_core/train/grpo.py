@@ -26,7 +26,7 @@ from typing import Any
 from conductor_core.errors import ConfigError, require
 from conductor_core.train import ranks
 from conductor_core.train.config import StageConfig
-from conductor_core.train.reward import ConductorReward, RoundState, Truncation, stage_reward
+from conductor_core.train.reward import ConductorReward, ScoredBatch, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.workflow.prompts import save_prompt_spec
 
@@ -476,11 +476,16 @@ def peft_config(config: StageConfig):
 def make_callbacks(
     config: StageConfig,
     tracker: Tracker,
-    reward: ConductorReward,
     history: list[dict[str, float]],
     samples: list[dict[str, Any]],
 ):
-    """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync."""
+    """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync.
+
+    The tracking callback gets each batch the stage's reward scored from the trainer
+    (``on_batch_scored``, :mod:`~conductor_core.train.trainers`) and logs the latest with each of
+    TRL's logs: its metrics (``conductor/*``, where TRL's logs do not have them already), its
+    questions and its first ``tracking.sample_plans`` plans.
+    """
     from transformers import TrainerCallback
 
     from conductor_core.train import checkpoints
@@ -491,24 +496,26 @@ def make_callbacks(
         remote = None  # the trainer saves checkpoints on rank 0; rank 0 uploads them
 
     class _Track(TrainerCallback):
+        scored: ScoredBatch | None = None  # the latest batch the trainer handed on
+
+        def on_batch_scored(self, args, state, control, scored=None, **kwargs):
+            self.scored = scored
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs:
                 return
             metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
             step = int(state.global_step)
-            for name, value in reward.last_metrics.items():
+            scored = self.scored
+            for name, value in (scored.metrics if scored else {}).items():
                 metrics.setdefault(f"conductor/{name}", value)
             tracker.log_metrics(metrics, step)
+            ids = list(scored.problem_ids) if scored else []
             history.append(
-                {
-                    "step": float(step),
-                    **metrics,
-                    "problem_ids": reward.last_ids[:: config.plans_per_question],
-                }
+                {"step": float(step), **metrics, "problem_ids": ids[:: config.plans_per_question]}
             )
-            for text, outcome in list(zip(reward.last_texts, reward.last_outcomes, strict=False))[
-                :sample_n
-            ]:
+            plans = zip(scored.texts, scored.outcomes, strict=True) if scored else ()
+            for text, outcome in list(plans)[:sample_n]:
                 samples.append(
                     {
                         "step": step,
@@ -576,17 +583,25 @@ def build_trainer(
     tokenizer: Any,
     dataset: Any,
     reward: ConductorReward,
-    rounds: RoundState | None,
     args: Any,
     callbacks: list[Any],
 ):
-    """A GRPOTrainer (or the recursive subclass) wired to the Conductor reward; it records which
-    workers each prompt offers, for the routing exploration
-    (:class:`~conductor_core.train.trainers.OfferedGRPOTrainer`)."""
+    """A GRPOTrainer (or the recursive subclass) that scores with the stage's reward and hands
+    each scored batch to ``callbacks``; it records which workers each prompt offers, for the
+    routing exploration (:class:`~conductor_core.train.trainers.OfferedGRPOTrainer`).
+
+    Raises:
+        SampleIndexError: the last step's plans do not fit the training stream of sample
+            indices (:mod:`conductor_core.sample_streams`): refused now, not at that step.
+    """
+    from conductor_core.sample_streams import draw_index, training_index
+
+    rows, executions = config.completions_per_step, reward.executions
+    draw_index(training_index(config.steps - 1, rows, rows - 1), executions, executions - 1)
     require("trl", "train", "GRPO training")
     kwargs: dict[str, Any] = {
         "model": model,
-        "reward_funcs": [reward],
+        "conductor_reward": reward,
         "args": args,
         "train_dataset": dataset,
         "processing_class": tokenizer,
@@ -599,16 +614,13 @@ def build_trainer(
 
         return RecursiveGRPOTrainer(
             **kwargs,
-            conductor_reward=reward,
-            rounds=rounds or RoundState(),
             forced_fraction=config.recursive.forced_fraction,
             first_round_discount=config.recursive.first_round_discount,
             round2_grammar=config.recursive.round2_grammar,
         )
     from conductor_core.train.trainers import OfferedGRPOTrainer
 
-    grammar_reward = reward if config.generation.plan_grammar else None
-    return OfferedGRPOTrainer(**kwargs, plan_grammar_reward=grammar_reward)
+    return OfferedGRPOTrainer(**kwargs, plan_grammar=config.generation.plan_grammar)
 
 
 def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: int) -> str:
@@ -707,13 +719,11 @@ def run_stage(
                     config.checkpoint_uri(), point.remote, local_ckpt
                 )
         dataset = build_dataset(train, len(pool.workers), config, descriptions)
-        rounds = RoundState() if config.stage == "recursive" else None
         reward = stage_reward(
             config,
             by_id,
             pool,
             descriptions=descriptions,  # round-2 prompts show them too
-            rounds=rounds,
             truncation=truncation_rule(config, tokenizer),
         )
         if resume is not None:
@@ -721,8 +731,8 @@ def run_stage(
         history: list[dict[str, float]] = []
         samples: list[dict[str, Any]] = []
         args = grpo_args(config, local_ckpt, device, progress)
-        callbacks = make_callbacks(config, tracker, reward, history, samples)
-        trainer = build_trainer(config, model, tokenizer, dataset, reward, rounds, args, callbacks)
+        callbacks = make_callbacks(config, tracker, history, samples)
+        trainer = build_trainer(config, model, tokenizer, dataset, reward, args, callbacks)
         if resume and config.ref_sync_steps:
             trainer.add_callback(reference_from_checkpoint(trainer))
         exp = config.experimental
@@ -771,8 +781,8 @@ def run_stage(
         if launch.distributed:
             ranks.wait_for_everyone()  # every rank returns once rank 0's outputs exist
             tell(
-                f"{launch.label()}: trained {steps} steps, its reward scored {reward.calls} "
-                f"batches of plans; "
+                f"{launch.label()}: trained {steps} steps, its reward scored "
+                f"{trainer.batches_scored} batches of plans; "
                 + ("wrote the model and tracked the run" if main else "rank 0 writes the outputs")
             )
         status = "FINISHED"

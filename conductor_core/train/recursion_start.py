@@ -40,6 +40,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError
 from conductor_core.policy.base import PreviousRound
+from conductor_core.sample_streams import recursion_start_index
 from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
@@ -97,19 +98,23 @@ async def executed_contexts(
     async def one(index: int, problem: Problem) -> list[Context]:
         plan = plans[problem.id]
         ids = [problem.id] * runs
-        # sample indexes fixed by the question's place; round 2's far from round 1's
-        answers = await first.score([plan] * runs, ids, [None] * runs, base_index=index * runs)
-        shown = [o for o in answers if o.reward is not None and o.answer is not None]
-        previous = [PreviousRound(plan=plan, answer=o.answer) for o in shown]
+        # sample indexes fixed by the question's place; a context's round 2 runs at its own
+        # index, in the solve loop's second round (so never at a round-1 draw)
+        indices = [recursion_start_index(index, runs, k) for k in range(runs)]
+        answers = await first.score([plan] * runs, ids, [None] * runs, sample_indices=indices)
+        shown = [
+            (k, o) for k, o in enumerate(answers) if o.reward is not None and o.answer is not None
+        ]
+        previous = [PreviousRound(plan=plan, answer=o.answer) for _, o in shown]
         revised = await second.score(
             [plan] * len(shown),
             ids[: len(shown)],
             [None] * len(shown),
-            base_index=(len(problems) + index) * runs,
+            sample_indices=[indices[k] for k, _ in shown],
             previous=previous,
         )
         contexts = []
-        for o, r in zip(shown, revised, strict=True):
+        for (_, o), r in zip(shown, revised, strict=True):
             value, kept = second.adjusted(r), o.kept_reward
             if value is None or kept is None:
                 continue

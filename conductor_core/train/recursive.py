@@ -35,7 +35,7 @@ then the keep plan or one that parses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -94,6 +94,58 @@ def discount_rows(advantages: Any, rows: list[int], factor: float) -> None:
         return
     kept = [r for r in rows if r < advantages.shape[0]]
     advantages[kept] = advantages[kept] * factor
+
+
+def measure_against_keeping(
+    advantages: Any,
+    first_rows: Sequence[int],
+    second_rows: Sequence[int],
+    rewards: Sequence[float | None],
+    firsts: Mapping[int, Outcome],
+) -> None:
+    """Set each round-2 row's advantage, in place, against the exact value of keeping: its
+    reward (``rewards``, what the trainer gets) less the reward of keeping the round-1 answer it
+    continues (``firsts[row].kept_reward``, by round-1 row), one value for every token of the row;
+    0 where either is unknown (left out). Rows another process holds are skipped."""
+    for row, source in zip(second_rows, first_rows, strict=True):
+        if row >= advantages.shape[0] or row >= len(rewards):
+            continue  # another process holds it
+        first = firsts.get(source)
+        final = rewards[row]
+        kept = None if first is None else first.kept_reward
+        advantages[row] = 0.0 if final is None or kept is None else final - kept
+
+
+def round_metrics(
+    first_rows: Sequence[int], second_rows: Sequence[int], outcomes: Sequence[Outcome]
+) -> dict[str, float]:
+    """A step's ``recursion/*`` metrics from its batch's ``outcomes`` (in row order): keep rates
+    by round-1 correctness and rewards by round (:func:`recursion_metrics`), the round-2 rows, and
+    the forced round-1 rows' format errors."""
+    seconds = [outcomes[r] for r in second_rows]
+    firsts = [outcomes[r] for r in first_rows]
+    got = recursion_metrics(firsts, seconds)
+    parsed = [o for o in seconds if o.plan_ok]
+    return {
+        "recursion/second_round_rows": float(len(second_rows)),
+        # Round-1 format errors, the keep plan among them: what round 2 learns leaking into
+        # round 1 shows here first.
+        "recursion/first_format_error_rate": sum(o.format_error for o in firsts) / len(firsts),
+        "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed) if parsed else 0.0,
+        **{
+            f"recursion/{key}": got[key]
+            for key in (
+                "keep_when_right",
+                "keep_when_wrong",
+                "keep_discrimination",
+                "answer_kept_when_right",
+                "revise_when_wrong",
+                "new_plan_discrimination",
+                "first_reward",
+                "final_reward",
+            )
+        },
+    }
 
 
 def is_keep_text(text: str, max_steps: int, access_mode: AccessMode | str) -> bool:

@@ -25,6 +25,12 @@ failures and infrastructure failures are not charged, so cost never ranks a righ
 wrong one and never rewards a cheap failure. ``Outcome.reward`` keeps the graded reward; the
 adjusted one is what the trainer gets.
 
+Data flows one way: the trainer hands :meth:`ConductorReward.score_batch` each row's sample index
+(:mod:`conductor_core.sample_streams`) and, in the recursive stage, the batch's recursion context
+(:class:`RoundState`); it returns a :class:`ScoredBatch` (outcomes, the rewards the trainer gets,
+metrics), which the trainer passes on (:mod:`conductor_core.train.trainers`). The reward keeps
+nothing of a batch.
+
 TRL runs async reward functions on a background event-loop thread: :class:`ConductorReward`
 creates its :class:`~conductor_core.workers.pool.WorkerPool` lazily inside the loop that calls
 it (and a fresh one if a later call comes from another loop), so semaphores and HTTP clients are
@@ -35,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +49,7 @@ from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome, combine, grade
 from conductor_core.policy.base import PreviousRound
 from conductor_core.policy.text import TextPlanSource
+from conductor_core.sample_streams import draw_index
 from conductor_core.simulation.workflow_world import is_check, names_part
 from conductor_core.solve import SolveOptions, solve
 from conductor_core.tasks.grading import WRONG_REWARD
@@ -99,6 +106,8 @@ async def score_plan(
 ) -> Outcome:
     """Run the plan ``text`` (written for the ``offered`` workers) with :func:`solve` on ``pool``
     and grade it. ``options`` gives the plan format (step limit, access mode) and the budget.
+    Execution ``e`` of ``executions`` draws at
+    :func:`~conductor_core.sample_streams.draw_index` of ``sample_index``.
 
     In a recursion round (``previous`` given) the plan continues that round: three empty lists
     keep the previous answer, which is then graded; steps with ``"all"`` access see it. A plan
@@ -125,7 +134,7 @@ async def score_plan(
             source,
             pool,
             options=options,
-            sample_index=sample_index * executions + e,
+            sample_index=draw_index(sample_index, executions, e),
             previous=previous,
         )
         outcomes.append(await grade(problem, trace))
@@ -268,28 +277,56 @@ class Truncation:
         return len(ids) >= self.max_tokens and (not ids or int(ids[-1]) not in self.end_ids)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoundState:
-    """Per-batch recursion context shared by the recursive trainer and the reward.
+    """The recursion context of one batch, which the recursive trainer makes while it generates
+    and hands to :meth:`ConductorReward.score_batch` with the batch.
 
     ``previous`` maps a row (completion index in the batch) to the round it builds on;
     ``cached`` holds outcomes already computed during generation (forced round-1 plans);
     ``excluded`` rows get ``None`` (their previous round was spoiled by infrastructure).
     """
 
-    previous: dict[int, PreviousRound] = field(default_factory=dict)
-    cached: dict[int, Outcome] = field(default_factory=dict)
-    excluded: set[int] = field(default_factory=set)
+    previous: Mapping[int, PreviousRound] = field(default_factory=dict)
+    cached: Mapping[int, Outcome] = field(default_factory=dict)
+    excluded: Set[int] = frozenset()
 
-    def clear(self) -> None:
-        """Forget the previous batch."""
-        self.previous.clear()
-        self.cached.clear()
-        self.excluded.clear()
+
+@dataclass(frozen=True)
+class ScoredBatch:
+    """What scoring one batch of completions found, per completion in batch order: what the
+    trainer passes on to its advantages, its logs and its callbacks."""
+
+    problem_ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    """The plans as written (each completion's text)."""
+    outcomes: tuple[Outcome, ...]
+    """Each plan's graded outcome (``Outcome.reward``: the graded reward)."""
+    rewards: tuple[float | None, ...]
+    """What the trainer gets: the cost-adjusted rewards (None: left out, infrastructure)."""
+    metrics: Mapping[str, float]
+    """The batch's :func:`summarize` metrics."""
+
+    def report(
+        self,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+    ) -> None:
+        """Send the batch to TRL's reward hooks: ``log_metric`` gets every metric but the
+        reward's mean and spread (TRL logs its own) as ``conductor/<name>``, ``log_extra`` each
+        plan's format error code and final worker (columns of TRL's completions table)."""
+        if log_metric is not None:
+            for name, value in self.metrics.items():
+                if name not in ("reward_mean", "reward_std"):
+                    log_metric(f"conductor/{name}", value)
+        if log_extra is not None:
+            log_extra("format_error", [o.format_error_code or "" for o in self.outcomes])
+            log_extra("final_worker", [o.final_worker for o in self.outcomes])
 
 
 class ConductorReward:
-    """TRL reward function: ``await reward(prompts=..., completions=..., problem_id=..., ...)``.
+    """The stage's reward: runs and grades plans (:meth:`score`) and whole batches of TRL
+    completions (:meth:`score_batch`, what the trainers' reward function calls).
 
     Args:
         problems: every problem a dataset row may name, by id.
@@ -298,7 +335,6 @@ class ConductorReward:
             the plan format as the prompt states it, and the per-plan budget.
         executions: executions averaged per plan.
         max_concurrent: plans executed at the same time (calls are also bounded per worker).
-        rounds: the recursion context of the current batch (recursive stage only).
         pool_factory: builds the pool (default: ``WorkerPool(pool_config)``).
         cost_weight: w of the cost-aware reward (:func:`cost_adjusted`;
             ``reward.cost_weight``); 0 leaves rewards as graded.
@@ -312,8 +348,6 @@ class ConductorReward:
         ConfigError: ``cost_weight`` > 0 with no cost reference, given or in the pool.
     """
 
-    __name__ = "conductor"
-
     def __init__(
         self,
         problems: Mapping[str, Problem],
@@ -322,7 +356,6 @@ class ConductorReward:
         options: SolveOptions | None = None,
         executions: int = 1,
         max_concurrent: int = 256,
-        rounds: RoundState | None = None,
         pool_factory: PoolFactory | None = None,
         cost_weight: float = 0.0,
         cost_reference: float | None = None,
@@ -333,7 +366,6 @@ class ConductorReward:
         self.options = options or SolveOptions()
         self.executions = executions
         self.max_concurrent = max_concurrent
-        self.rounds = rounds
         self._pool_factory = pool_factory
         self.cost_weight = float(cost_weight)
         self.cost_reference = cost_reference or pool_config.cost_reference
@@ -346,11 +378,6 @@ class ConductorReward:
         self._pool: Any = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self.best = best_workers(pool_config)
-        self.last_outcomes: list[Outcome] = []
-        self.last_texts: list[str] = []
-        self.last_ids: list[str] = []
-        self.last_metrics: dict[str, float] = {}
-        self.calls = 0
 
     def pool(self) -> Any:
         """The pool bound to the running event loop (created on first use in that loop)."""
@@ -378,19 +405,22 @@ class ConductorReward:
         problem_ids: Sequence[str],
         offered: Sequence[Sequence[int] | None],
         *,
-        base_index: int = 0,
+        sample_indices: Sequence[int],
         previous: Sequence[PreviousRound | None] | None = None,
         rounds: RoundState | None = None,
         truncated: Sequence[bool] | None = None,
         workers: Sequence[Sequence[int] | None] | None = None,
     ) -> list[Outcome]:
-        """Score plans concurrently (at most ``max_concurrent`` at once), in input order.
+        """Score plans concurrently (at most ``max_concurrent`` at once), in input order; plan
+        ``i`` runs at sample index ``sample_indices[i]`` (:mod:`conductor_core.sample_streams`).
 
         With ``rounds``, cached outcomes are reused, excluded rows score ``None`` and rows with a
         previous round are scored as recursion rounds. Rows marked in ``truncated`` are format
         errors (code ``truncated``) and are not run. ``workers[i]`` gives the pool id each of
         ``offered[i]`` stands for (descriptor mode's renumbering; None: the same ids).
         """
+        if len(sample_indices) != len(texts):
+            raise ValueError(f"{len(sample_indices)} sample indices for {len(texts)} plans")
         pool = self.pool()
         sem = asyncio.Semaphore(self.max_concurrent)
         pool_size = len(self.pool_config.workers)
@@ -427,61 +457,53 @@ class ConductorReward:
                     ids,
                     options=self.options,
                     executions=self.executions,
-                    sample_index=base_index + i,
+                    sample_index=sample_indices[i],
                     previous=prev,
                     placement=placement,
                 )
 
         return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
 
-    async def __call__(
+    async def score_batch(
         self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] = (),
-        problem_id: Sequence[str] = (),
+        completions: Sequence[Any],
+        problem_ids: Sequence[str],
+        *,
+        sample_indices: Sequence[int],
         offered: Sequence[Sequence[int] | None] | None = None,
-        trainer_state: Any = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
         completion_ids: Sequence[Sequence[int]] | None = None,
         workers: Sequence[Sequence[int] | None] | None = None,
-        **_: Any,
-    ) -> list[float | None]:
-        """Score a batch of completions; returns one reward (or None) per completion."""
+        rounds: RoundState | None = None,
+    ) -> ScoredBatch:
+        """Score a batch of TRL completions (strings, or chat messages whose last one is the
+        reply): :meth:`score` with each completion's text, the cut-off ones made format errors
+        when this reward has a truncation rule (from ``completion_ids``), then the rewards the
+        trainer gets and the batch's metrics."""
         texts = [completion_text(c) for c in completions]
-        n = len(texts)
-        step = int(getattr(trainer_state, "global_step", 0) or 0)
-        offered_list = list(offered) if offered is not None else [None] * n
         truncated = None
         if self.truncation is not None and completion_ids is not None:
             truncated = [self.truncation.cut_off(ids) for ids in completion_ids]
         outcomes = await self.score(
             texts,
-            list(problem_id),
-            offered_list,
-            base_index=step * n * 4,
-            rounds=self.rounds,
+            list(problem_ids),
+            list(offered) if offered is not None else [None] * len(texts),
+            sample_indices=sample_indices,
+            rounds=rounds,
             truncated=truncated,
             workers=list(workers) if workers is not None else None,
         )
-        self.calls += 1
-        self.last_outcomes = outcomes
-        self.last_texts = texts
-        self.last_ids = list(problem_id)
-        self.last_metrics = summarize(
-            outcomes,
-            pool_size=len(self.pool_config.workers),
-            best=self.best,
-            adjust=self.adjusted if self.cost_weight else None,
+        return ScoredBatch(
+            problem_ids=tuple(problem_ids),
+            texts=tuple(texts),
+            outcomes=tuple(outcomes),
+            rewards=tuple(self.adjusted(o) for o in outcomes),
+            metrics=summarize(
+                outcomes,
+                pool_size=len(self.pool_config.workers),
+                best=self.best,
+                adjust=self.adjusted if self.cost_weight else None,
+            ),
         )
-        if log_metric is not None:
-            for name, value in self.last_metrics.items():
-                if name not in ("reward_mean", "reward_std"):
-                    log_metric(f"conductor/{name}", value)
-        if log_extra is not None:
-            log_extra("format_error", [o.format_error_code or "" for o in outcomes])
-            log_extra("final_worker", [o.final_worker for o in outcomes])
-        return [self.adjusted(o) for o in outcomes]
 
     def adjusted(self, outcome: Outcome) -> float | None:
         """The reward the trainer gets for ``outcome`` (:func:`cost_adjusted` with this
@@ -501,7 +523,7 @@ def stage_reward(
     """The stage's reward on ``problems`` (by id): its solve options (plan format, budget, and
     the ``descriptions`` round-2 prompts show), concurrency and cost term; ``executions`` None:
     ``reward.executions_per_plan``. ``extra`` goes to :class:`ConductorReward` as it is
-    (``rounds``, ``truncation``, ``pool_factory``)."""
+    (``truncation``, ``pool_factory``)."""
     return ConductorReward(
         problems,
         pool,

@@ -9,6 +9,16 @@
 * :class:`RecursiveGRPOTrainer` (the recursive stage, :mod:`~conductor_core.train.recursive`):
   the former with part of each batch forced into a second round.
 
+Given the stage's :class:`~conductor_core.train.reward.ConductorReward`, a trainer makes the reward
+function TRL calls (:class:`StageRewardFunction`), and each batch's data flows one way: the trainer
+gives every row its sample index (:func:`~conductor_core.sample_streams.training_index`, over all
+ranks) and, in the recursive stage, makes the batch's recursion context while it generates; the
+reward function hands both to :meth:`~conductor_core.train.reward.ConductorReward.score_batch`,
+whose :class:`~conductor_core.train.reward.ScoredBatch` comes back to the trainer; the trainer
+measures its round-2 advantages and metrics on it and hands it to every trainer callback with an
+``on_batch_scored(args, state, control, scored=...)`` method (the stage's tracking). Nothing of a
+batch is left on the reward for another object to read.
+
 The helpers they call live with their subject in those modules; this one holds the classes only.
 It imports TRL at module level, so its callers (:func:`~conductor_core.train.grpo.build_trainer`)
 import it inside functions: importing the rest of ``conductor_core.train`` does not load TRL.
@@ -24,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -32,6 +43,7 @@ from trl import GRPOTrainer
 
 from conductor_core.policy.base import PlanRequest, PreviousRound
 from conductor_core.policy.plan_mask import PlanGrammar
+from conductor_core.sample_streams import training_index
 from conductor_core.solve import plan_request
 from conductor_core.train.exploration import (
     IMPORTANCE_RATIO_CAP,
@@ -51,14 +63,20 @@ from conductor_core.train.offered_mask import (
 from conductor_core.train.recursive import (
     _Batch,
     discount_rows,
+    measure_against_keeping,
     pair_rows,
     prompt_token_ids,
     rank_pairs,
-    recursion_metrics,
+    round_metrics,
 )
-from conductor_core.train.reward import ConductorReward, RoundState
+from conductor_core.train.reward import ConductorReward, RoundState, ScoredBatch
 
-__all__ = ["TRL_PRIVATE_OVERRIDES", "OfferedGRPOTrainer", "RecursiveGRPOTrainer"]
+__all__ = [
+    "TRL_PRIVATE_OVERRIDES",
+    "OfferedGRPOTrainer",
+    "RecursiveGRPOTrainer",
+    "StageRewardFunction",
+]
 
 TRL_PRIVATE_OVERRIDES: tuple[tuple[str, str], ...] = (
     (
@@ -81,22 +99,98 @@ TRL_PRIVATE_OVERRIDES: tuple[tuple[str, str], ...] = (
 """Every private ``GRPOTrainer`` method the trainers of this module override (name, why)."""
 
 
+@dataclass
+class _Scoring:
+    """One generation batch on its way through TRL: its rows' sample indices, the recursion
+    context the recursive trainer makes while generating it, and what the stage's reward returned
+    for it (set when TRL has called the reward function)."""
+
+    indices: list[int]
+    rounds: RoundState | None = None
+    scored: ScoredBatch | None = None
+
+
+class StageRewardFunction:
+    """The reward function TRL calls for a trainer of this module: the stage's reward scores
+    TRL's batch (:meth:`~conductor_core.train.reward.ConductorReward.score_batch`) at the sample
+    indices, and with the recursion context, that the trainer made for the batch; the metrics go
+    to TRL's ``log_metric`` and ``log_extra`` hooks and the scored batch back to the trainer."""
+
+    __name__ = "conductor"  # TRL's name for it: the logged `rewards/conductor/*`
+
+    def __init__(self, trainer: OfferedGRPOTrainer, reward: ConductorReward) -> None:
+        self.trainer = trainer
+        self.reward = reward
+
+    async def __call__(
+        self,
+        completions: list[Any],
+        problem_id: list[str],
+        *,
+        completion_ids: list[list[int]] | None = None,
+        offered: list[Any] | None = None,
+        workers: list[Any] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **_: Any,
+    ) -> list[float | None]:
+        """One reward (None: left out) per completion, in batch order."""
+        scoring = self.trainer._scoring
+        if scoring is None or len(scoring.indices) != len(completions):
+            raise RuntimeError(
+                "the stage's reward function scores the batch its trainer is generating, "
+                f"not {len(completions)} completions called from elsewhere"
+            )
+        scored = await self.reward.score_batch(
+            completions,
+            problem_id,
+            sample_indices=scoring.indices,
+            offered=offered,
+            completion_ids=completion_ids,
+            workers=workers,
+            rounds=scoring.rounds,
+        )
+        scored.report(log_metric, log_extra)
+        scoring.scored = scored
+        return list(scored.rewards)
+
+
 class OfferedGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` that records, for each generation batch, the pool ids each prompt
     offers (its row's ``offered`` column) in ``self.offered_prompts``, keyed by the token ids TRL
     makes of the prompt: what :func:`~conductor_core.train.exploration.routing_exploration`
     reads. It weights the tokens the exploration changed by their truncated importance ratios,
-    scores the loss under the sampling masks of its rows and, with ``plan_grammar_reward`` (the
-    stage's reward, under ``generation.plan_grammar``), samples under the plan grammar."""
+    scores the loss under the sampling masks of its rows and, with ``plan_grammar``
+    (``generation.plan_grammar``), samples under the plan grammar.
+
+    With ``conductor_reward`` (the stage's reward) it makes the reward function TRL calls
+    (:class:`StageRewardFunction`; ``reward_funcs`` is then not given) and hands each scored
+    batch to its callbacks that have ``on_batch_scored``; ``batches_scored`` counts them.
+    """
 
     importance_ratio_cap: float = IMPORTANCE_RATIO_CAP
 
-    def __init__(self, *args: Any, plan_grammar_reward: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        conductor_reward: ConductorReward | None = None,
+        plan_grammar: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if conductor_reward is not None:
+            if "reward_funcs" in kwargs or len(args) > 1:
+                raise TypeError("give the trainer conductor_reward or reward_funcs, not both")
+            kwargs["reward_funcs"] = [StageRewardFunction(self, conductor_reward)]
+        elif plan_grammar:
+            raise TypeError("plan_grammar needs the stage's conductor_reward (its plan requests)")
+        self.conductor_reward = conductor_reward
+        self.batches_scored = 0
+        self._scoring: _Scoring | None = None
         self.offered_prompts = OfferedPrompts()
         self._batch_offered: list[Any] | None = None
-        # With `generation.plan_grammar`: the stage's reward (its problems, pool and solve
-        # options make each row's plan request), and the rows being generated.
-        self._grammar_reward = plan_grammar_reward
+        # With `generation.plan_grammar`: the rows being generated (the stage's reward, its
+        # problems, pool and solve options, makes each row's plan request).
+        self.plan_grammar = plan_grammar
         self._grammar: Any = None
         self._batch_inputs: list[dict[str, Any]] | None = None
         # The sampling masks of the rows being scored, by key (LOSS_MASKS): set while a batch
@@ -108,6 +202,7 @@ class OfferedGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self._batch_offered = [row.get("offered") for row in inputs]
         self._batch_inputs = inputs
+        scoring = self._scoring = _Scoring(self._row_sample_indices(len(inputs)))
         try:
             output = super()._generate_and_score_completions(inputs)
             output.update(self._loss_masks)  # travels with its rows to the loss
@@ -118,9 +213,32 @@ class OfferedGRPOTrainer(GRPOTrainer):
         finally:
             self._batch_offered = None
             self._batch_inputs = None
+            self._scoring = None
             self._loss_masks = {}
             self.offered_prompts.clear()
+        self._use_scored(output, scoring)
         return output
+
+    def _row_sample_indices(self, rows: int) -> list[int]:
+        """The sample index of each of this process's ``rows`` rows: row ``i`` of rank ``k`` is
+        row ``k * rows + i`` of the step's rows over all ranks
+        (:func:`~conductor_core.sample_streams.training_index`), so no two ranks draw alike."""
+        acc = self.accelerator
+        step, total = int(self.state.global_step), rows * acc.num_processes
+        first = acc.process_index * rows
+        return [training_index(step, total, first + i) for i in range(rows)]
+
+    def _use_scored(self, output: dict[str, Any], scoring: _Scoring) -> None:
+        """Hand the batch the stage's reward scored to every callback with an
+        ``on_batch_scored(args, state, control, scored=...)`` method (nothing when the trainer
+        has no stage reward)."""
+        if scoring.scored is None:
+            return
+        self.batches_scored += 1
+        for callback in self.callback_handler.callbacks:
+            receive = getattr(callback, "on_batch_scored", None)
+            if receive is not None:
+                receive(self.args, self.state, self.control, scored=scoring.scored)
 
     def compute_loss(
         self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch=None
@@ -218,8 +336,8 @@ class OfferedGRPOTrainer(GRPOTrainer):
         """With ``generation.plan_grammar``, a recording plan-grammar logits processor for
         the rows being generated (each row's plan request: its question, the workers it
         offers, the stage's solve options); else None."""
-        reward, inputs = self._grammar_reward, self._batch_inputs
-        if reward is None or inputs is None:
+        reward, inputs = self.conductor_reward, self._batch_inputs
+        if not self.plan_grammar or reward is None or inputs is None:
             return None
         if len(inputs) != len(prompt_ids):
             raise RuntimeError(
@@ -281,28 +399,22 @@ class RecursiveGRPOTrainer(OfferedGRPOTrainer):
         self,
         *args: Any,
         conductor_reward: ConductorReward,
-        rounds: RoundState,
         forced_fraction: float = 0.5,
         first_round_discount: float = 0.25,
         round2_grammar: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self.conductor_reward = conductor_reward
-        self.rounds = rounds
+        super().__init__(*args, conductor_reward=conductor_reward, **kwargs)
         # The stage's plan format and prompt style, as the reward scores plans.
         self.options = conductor_reward.options
         self.forced_fraction = forced_fraction
         self.first_round_discount = first_round_discount
         self.round2_grammar = round2_grammar
-        self._grammar: Any = None  # the plan grammar on this tokenizer, made on first use
         self._batch: _Batch | None = None
-        self.round_stats: dict[str, float] = {}
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         g = self.num_generations
         mode = "train" if self.model.training else "eval"
-        self.rounds.clear()
         pairs = 0
         if mode == "train":
             acc = self.accelerator
@@ -315,62 +427,29 @@ class RecursiveGRPOTrainer(OfferedGRPOTrainer):
             inputs[r2] = dict(inputs[r1])  # the round-2 group works on the same question
         self._batch = batch
         try:
-            output = super()._generate_and_score_completions(inputs)
+            return super()._generate_and_score_completions(inputs)
         finally:
             self._batch = None
-        discount_rows(output["advantages"], batch.first_rows, self.first_round_discount)
-        self._measure_against_keeping(output["advantages"], batch)
-        self._log_rounds(batch, mode)
-        return output
 
-    def _measure_against_keeping(self, advantages: Any, batch: _Batch) -> None:
-        """Round-2 advantages against the exact value of keeping: the final reward minus the
-        reward of the round-1 answer the row continues (see the module docstring)."""
-        outcomes = self.conductor_reward.last_outcomes
-        reward = self.conductor_reward
-        for row, source in zip(batch.second_rows, batch.first_rows, strict=True):
-            if row >= advantages.shape[0] or row >= len(outcomes):
-                continue  # another process holds it
-            first = self.rounds.cached.get(source)
-            final = reward.adjusted(outcomes[row])
-            kept = None if first is None else first.kept_reward
-            advantages[row] = 0.0 if final is None or kept is None else final - kept
-
-    def _log_rounds(self, batch: _Batch, mode: str) -> None:
-        """Per-step recursion metrics: keep rates by round-1 correctness, rewards by round."""
-        outcomes = self.conductor_reward.last_outcomes
-        if not batch.second_rows or len(outcomes) < len(batch.inputs):
-            return
-        seconds = [outcomes[r] for r in batch.second_rows]
-        firsts = [outcomes[r] for r in batch.first_rows]
-        got = recursion_metrics(firsts, seconds)
-        parsed = [o for o in seconds if o.plan_ok]
-        forced = [outcomes[r] for r in batch.first_rows]
-        stats = {
-            "recursion/second_round_rows": float(len(batch.second_rows)),
-            # Round-1 format errors, the keep plan among them: what round 2 learns leaking
-            # into round 1 shows here first.
-            "recursion/first_format_error_rate": sum(o.format_error for o in forced) / len(forced),
-            "recursion/keep_rate": sum(1 for o in parsed if o.kept) / len(parsed)
-            if parsed
-            else 0.0,
-            **{
-                f"recursion/{key}": got[key]
-                for key in (
-                    "keep_when_right",
-                    "keep_when_wrong",
-                    "keep_discrimination",
-                    "answer_kept_when_right",
-                    "revise_when_wrong",
-                    "new_plan_discrimination",
-                    "first_reward",
-                    "final_reward",
-                )
-            },
-        }
-        self.round_stats = stats
-        for name, value in stats.items():
-            self._metrics[mode][name].append(value)
+    def _use_scored(self, output: dict[str, Any], scoring: _Scoring) -> None:
+        """The forced pairs' advantages, from the scored batch and the round-1 outcomes of the
+        batch's recursion context: round 1's discounted, round 2's measured against keeping
+        (:func:`~conductor_core.train.recursive.measure_against_keeping`); the step's recursion
+        metrics; then the callbacks get the batch."""
+        batch = self._batch
+        assert batch is not None  # called within _generate_and_score_completions
+        advantages = output["advantages"]
+        discount_rows(advantages, batch.first_rows, self.first_round_discount)
+        scored = scoring.scored
+        if scored is not None:
+            firsts = scoring.rounds.cached if scoring.rounds is not None else {}
+            rows = (batch.first_rows, batch.second_rows)
+            measure_against_keeping(advantages, *rows, scored.rewards, firsts)
+            if batch.second_rows and len(scored.outcomes) >= len(batch.inputs):
+                mode = "train" if self.model.training else "eval"
+                for name, value in round_metrics(*rows, scored.outcomes).items():
+                    self._metrics[mode][name].append(value)
+        super()._use_scored(output, scoring)
 
     def _generate_single_turn(
         self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
@@ -429,33 +508,34 @@ class RecursiveGRPOTrainer(OfferedGRPOTrainer):
     def _second_round_prompts(
         self, batch: _Batch, texts: list[str]
     ) -> tuple[list[list[int]], list[PlanRequest]]:
-        """Run the round-1 plans, cache their outcomes and build the round-2 prompts: their
-        token ids and their requests (what the plan grammar of each is made from)."""
+        """Run the round-1 plans (each at its own row's sample index), and build the round-2
+        prompts (their token ids, and their requests: what the plan grammar of each is made from)
+        and the batch's recursion context, which the stage's reward gets with the batch."""
         rows = batch.first_rows
         inputs = batch.inputs
-        step = int(self.state.global_step)
+        scoring = self._scoring
+        assert scoring is not None  # set for the batch being generated
         coro = self.conductor_reward.score(
             texts,
             [inputs[r]["problem_id"] for r in rows],
             [inputs[r].get("offered") for r in rows],
-            base_index=(step + 1) * 1_000_003,
+            sample_indices=[scoring.indices[r] for r in rows],
         )
         outcomes = asyncio.run_coroutine_threadsafe(coro, self.async_loop_or_new()).result()
         by_row = dict(zip(rows, zip(texts, outcomes, strict=True), strict=True))
-        for r, (_, outcome) in by_row.items():
-            self.rounds.cached[r] = outcome
         tokenizer = self.processing_class
         pool_size = len(self.conductor_reward.pool_config.workers)
         ids: list[list[int]] = []
         requests: list[PlanRequest] = []
         offered_rows: list[list[int]] = []
+        previous_rounds: dict[int, PreviousRound] = {}
+        excluded: set[int] = set()
         for r2, source in zip(batch.second_rows, batch.first_rows, strict=True):
             text, outcome = by_row[source]
             offered = inputs[source].get("offered") or list(range(pool_size))
-            previous = PreviousRound(plan=text, answer=outcome.answer)
-            self.rounds.previous[r2] = previous
+            previous = previous_rounds[r2] = PreviousRound(plan=text, answer=outcome.answer)
             if outcome.infra_error:
-                self.rounds.excluded.add(r2)
+                excluded.add(r2)  # its round 1 was spoiled by infrastructure: left out
             problem = self.conductor_reward.problems[inputs[source]["problem_id"]]
             options = replace(self.options, worker_ids=tuple(offered))
             request = plan_request(problem.question, pool_size, options, previous=previous)
@@ -464,6 +544,11 @@ class RecursiveGRPOTrainer(OfferedGRPOTrainer):
             offered_rows.append(offered)
         # The routing floor looks each prompt up with the workers it offers.
         self.offered_prompts.record(ids, offered_rows)
+        scoring.rounds = RoundState(
+            previous=previous_rounds,
+            cached={r: outcome for r, (_, outcome) in by_row.items()},
+            excluded=frozenset(excluded),
+        )
         return ids, requests
 
     def async_loop_or_new(self):

@@ -5,9 +5,10 @@ question's group of four plans spans both ranks), and rank 0 alone writes the ch
 model and the summary (``conductor_core.train.ranks``, ``grpo.rank_batch``).
 
 What each rank holds is read by a launcher the test writes: it wraps
-``conductor_core.train.grpo.make_callbacks`` with one more trainer callback, which hashes the
-trainable parameters (sha256, in name order) at the start and after every optimiser step and
-writes them, with what the rank's reward scored, to ``rank<N>.jsonl``, as it does each call of
+``conductor_core.train.grpo.make_callbacks`` with one more trainer callback, which gets each
+batch the rank's reward scored from its trainer (``on_batch_scored``), hashes the trainable
+parameters (sha256, in name order) at the start and after every optimiser step and writes them,
+with the latest scored batch, to ``rank<N>.jsonl``, as it does each call of
 ``grpo._save_outputs`` (the model folder); then it runs ``conductor train``
 (``conductor_core.cli.main``) unchanged.
 
@@ -47,6 +48,7 @@ LAUNCHER = textwrap.dedent(
     r'''
     """`conductor train` with a callback that records, on each rank, what it holds and scored."""
 
+    import dataclasses
     import hashlib
     import json
     import os
@@ -65,7 +67,7 @@ LAUNCHER = textwrap.dedent(
     RANK = int(os.environ["RANK"])
     make_callbacks = grpo.make_callbacks
     save_outputs = grpo._save_outputs
-    score = ConductorReward.__call__
+    score_batch = ConductorReward.score_batch
 
 
     def record(**fields):
@@ -89,8 +91,12 @@ LAUNCHER = textwrap.dedent(
 
 
     class RecordRank(TrainerCallback):
-        def __init__(self, reward):
-            self.reward = reward
+        scored = None  # the latest batch the trainer handed on
+        batches = 0
+
+        def on_batch_scored(self, args, state, control, scored=None, **kwargs):
+            self.scored = scored
+            self.batches += 1
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             digest, names = trainable_digest(model)
@@ -106,27 +112,27 @@ LAUNCHER = textwrap.dedent(
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             digest, _ = trainable_digest(model)
-            reward = self.reward
+            scored = self.scored
             record(
                 step=int(state.global_step),
                 digest=digest,
-                reward_calls=reward.calls,
-                ids=list(reward.last_ids),
-                texts=list(reward.last_texts),
-                scored=[float(o.reward) for o in reward.last_outcomes],
-                rewards=reward.nudged,
+                reward_calls=self.batches,
+                ids=list(scored.problem_ids),
+                texts=list(scored.texts),
+                scored=[float(o.reward) for o in scored.outcomes],
+                rewards=list(scored.rewards),
             )
 
 
     async def nudged(self, *args, **kwargs):
         """The real rewards, the second plan of this rank's batch NUDGE higher."""
-        rewards = await score(self, *args, **kwargs)
-        self.nudged = [r if r is None else r + NUDGE * (i % 2) for i, r in enumerate(rewards)]
-        return self.nudged
+        scored = await score_batch(self, *args, **kwargs)
+        rewards = [r if r is None else r + NUDGE * (i % 2) for i, r in enumerate(scored.rewards)]
+        return dataclasses.replace(scored, rewards=tuple(rewards))
 
 
-    def recorded_callbacks(config, tracker, reward, history, samples):
-        return [*make_callbacks(config, tracker, reward, history, samples), RecordRank(reward)]
+    def recorded_callbacks(*args, **kwargs):
+        return [*make_callbacks(*args, **kwargs), RecordRank()]
 
 
     def recorded_save_outputs(*args, **kwargs):
@@ -135,7 +141,7 @@ LAUNCHER = textwrap.dedent(
         return save_outputs(*args, **kwargs)
 
 
-    ConductorReward.__call__ = nudged
+    ConductorReward.score_batch = nudged
     grpo.make_callbacks = recorded_callbacks
     grpo._save_outputs = recorded_save_outputs
     cli.main(sys.argv[3:])

@@ -4,6 +4,8 @@
 - TRL calls the private methods the recursive trainer overrides the way it expects and returns
   what it expects; it sets ``async_loop`` for async rewards and keeps ``_metrics[mode]`` as lists
   to append to;
+- TRL calls the stage's reward function with the rows' columns, and its rewards are what TRL
+  trains on; the trainer hands the scored batch to the callbacks that ask for it;
 - a None reward is left out of its group's baseline (TRL < 1.6 scored it 0, so infrastructure
   failures lowered the baseline and pushed the other plans up);
 - the learning-rate warm-up of ``warmup_ratio`` is actually applied (a float ``warmup_steps`` is a
@@ -197,6 +199,75 @@ def test_each_prompt_is_generated_with_the_workers_its_row_offers(make_trainer, 
     # The tiny random model writes no plan, so coverage has no slot to fill: the check is that
     # generation ran with every prompt found (an unrecorded prompt raises RuntimeError).
     assert len(texts) == len(SCORES)
+
+
+def test_the_stage_reward_scores_the_rows_and_the_trainer_hands_the_batch_on(tiny_dir, tmp_path):
+    """With ``conductor_reward`` the trainer makes the reward function TRL calls (named
+    ``conductor``): it scores TRL's completions with the rows' ``problem_id`` and ``offered``
+    columns at the rows' training-stream sample indices, TRL gets its rewards, and the scored
+    batch reaches each callback with ``on_batch_scored``, once per batch, and no other object."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from conductor_core.sample_streams import training_index
+    from conductor_core.tasks.problem import read_problems
+    from conductor_core.train.grpo import grpo_args, load_model
+    from conductor_core.train.reward import ConductorReward
+    from conductor_core.train.trainers import OfferedGRPOTrainer
+    from conductor_core.workers.bundled import (
+        bundled_train_pool_path,
+        bundled_train_problems_path,
+    )
+    from conductor_core.workers.config import load_pool
+
+    problems = read_problems(bundled_train_problems_path())[:2]
+    reward = ConductorReward({p.id: p for p in problems}, load_pool(bundled_train_pool_path()))
+    indices: list[list[int]] = []
+    score_batch = reward.score_batch
+
+    async def recorded(*args, **kwargs):
+        indices.append(list(kwargs["sample_indices"]))
+        return await score_batch(*args, **kwargs)
+
+    reward.score_batch = recorded
+    batches = []
+
+    class Scored(TrainerCallback):
+        def on_batch_scored(self, args, state, control, scored=None, **kwargs):
+            batches.append(scored)
+
+    rows = [
+        {"prompt": [{"role": "user", "content": p.question}], "problem_id": p.id, "offered": [0, 1]}
+        for p in problems
+        for _ in range(GROUP)
+    ]
+    config = small(tmp_path, questions_per_step=2, plans_per_question=GROUP)
+    model, tokenizer = load_model(str(tiny_dir), config, "cpu")
+    trainer = OfferedGRPOTrainer(
+        model=model,
+        conductor_reward=reward,
+        args=grpo_args(config, tmp_path / "checkpoints", "cpu", progress=False),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[Scored()],
+    )
+    try:
+        assert trainer.reward_func_names == ["conductor"]
+        trainer.model.train()
+        output = trainer._generate_and_score_completions(rows)
+        (scored,) = batches
+        assert trainer.batches_scored == 1
+        assert indices == [[training_index(0, len(rows), i) for i in range(len(rows))]]
+        assert scored.problem_ids == tuple(r["problem_id"] for r in rows)
+        texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
+        assert [t.strip() for t in scored.texts] == [t.strip() for t in texts]
+        known = [r for r in scored.rewards if r is not None]
+        logged = trainer._metrics["train"]["rewards/conductor/mean"][-1]
+        assert logged == pytest.approx(sum(known) / len(known))
+        with pytest.raises(RuntimeError, match="the batch its trainer is generating"):
+            asyncio.run(trainer.reward_funcs[0](["x"], [problems[0].id]))
+    finally:
+        stop_reward_loop(trainer)
 
 
 @pytest.mark.parametrize("mask", [True, False])

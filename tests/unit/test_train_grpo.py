@@ -31,36 +31,47 @@ def test_round_2_advantages_are_measured_against_keeping_the_answer():
     """A round-2 row's advantage is its final reward minus the reward of the round-1 answer it
     continues (known exactly); round-1 rows and rows another process holds are left alone, and
     a spoiled reward gives 0."""
-    from types import SimpleNamespace
-
     import torch
 
     from conductor_core.outcome import Outcome
-    from conductor_core.train.recursive import _Batch
-    from conductor_core.train.reward import RoundState
-    from conductor_core.train.trainers import RecursiveGRPOTrainer
+    from conductor_core.train.recursive import measure_against_keeping
 
     def scored(reward):
         return Outcome(reward=reward, domain="math", correct=reward == 1.0, answer="42")
 
     # Rows 0-3: round 1 (right, right, wrong, wrong); rows 4-7: round 2, row 4 + k continuing
     # row k: kept the right answer, broke it, fixed the wrong one, spoiled.
-    firsts = [scored(1.0), scored(1.0), scored(0.5), scored(0.5)]
-    outcomes = [*firsts, scored(1.0), scored(0.5), scored(1.0), scored(None)]
-    trainer = SimpleNamespace(
-        conductor_reward=SimpleNamespace(last_outcomes=outcomes, adjusted=lambda o: o.reward),
-        rounds=RoundState(cached=dict(enumerate(firsts))),
-    )
-    batch = _Batch(inputs=[], pairs=1, first_rows=[0, 1, 2, 3], second_rows=[4, 5, 6, 7])
+    firsts = dict(enumerate([scored(1.0), scored(1.0), scored(0.5), scored(0.5)]))
+    rewards = [1.0, 1.0, 0.5, 0.5, 1.0, 0.5, 1.0, None]
+    rows = ([0, 1, 2, 3], [4, 5, 6, 7])
     advantages = torch.full((8, 3), 9.0)  # per-token advantages, as the correction leaves them
-    measure = RecursiveGRPOTrainer._measure_against_keeping
-    measure(trainer, advantages, batch)
+    measure_against_keeping(advantages, *rows, rewards, firsts)
     assert advantages[:4].eq(9.0).all()  # round 1: GRPO's own
     assert advantages[4:, 0].tolist() == [0.0, -0.5, 0.5, 0.0]
     assert advantages[4:].eq(advantages[4:, :1]).all()  # one value for every token of a row
     short = torch.full((5,), 9.0)  # another process holds rows 5-7
-    measure(trainer, short, batch)
+    measure_against_keeping(short, *rows, rewards, firsts)
     assert short.tolist() == [9.0, 9.0, 9.0, 9.0, 0.0]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_each_row_of_a_step_draws_its_own_sample_index_over_ranks(world):
+    """The trainer's rows are counted over all ranks (one question's group may span two): the
+    ranks' rows together draw the indices one process holding the whole step draws, each once;
+    on one process, the reward's indices of old (``step * rows * 4 + row``)."""
+    from types import SimpleNamespace
+
+    from conductor_core.train.trainers import OfferedGRPOTrainer
+
+    rows, step = 8, 5
+    drawn = []
+    for rank in range(world):
+        trainer = SimpleNamespace(
+            accelerator=SimpleNamespace(process_index=rank, num_processes=world),
+            state=SimpleNamespace(global_step=step),
+        )
+        drawn += OfferedGRPOTrainer._row_sample_indices(trainer, rows // world)
+    assert drawn == [step * rows * 4 + row for row in range(rows)]
 
 
 def test_is_keep_text():
@@ -144,3 +155,20 @@ def test_round_2_prompt_ids_hold_the_round_1_prompt_the_plan_and_the_recursion_t
     assert ids[len(round_1) + len(written) :] == encode(
         f"\n<|im_start|>user\n{turn}<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_a_run_whose_last_step_the_training_stream_cannot_hold_is_refused_before_it_starts(
+    tmp_path,
+):
+    """The last step's rows (and their executions) must have sample indices of their own
+    (conductor_core/sample_streams.py): a run too long for them is refused when its trainer is
+    built, not when it gets there."""
+    from types import SimpleNamespace
+
+    from conductor_core.sample_streams import SampleIndexError
+    from conductor_core.train.grpo import build_trainer
+
+    config = small(tmp_path, steps=10**7, questions_per_step=4, plans_per_question=1024)
+    reward = SimpleNamespace(executions=8)
+    with pytest.raises(SampleIndexError, match="does not fit the training stream"):
+        build_trainer(config, None, None, None, reward, None, [])

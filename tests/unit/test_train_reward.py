@@ -1,5 +1,5 @@
 """The GRPO reward: execution on the simulated pool, grading, format errors, infra failures,
-adaptive id mapping, recursion rounds, batch metrics and the TRL calling convention."""
+adaptive id mapping, recursion rounds, batch metrics, TRL's reward hooks and its event loop."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 from conductor_core.errors import ConfigError
 from conductor_core.outcome import Outcome
 from conductor_core.policy.base import PreviousRound
+from conductor_core.sample_streams import draw_index, training_index
 from conductor_core.solve import SolveOptions
 from conductor_core.tasks.problem import read_problems
 from conductor_core.train.recursive import recursion_metrics
 from conductor_core.train.reward import (
     ConductorReward,
     RoundState,
+    ScoredBatch,
     Truncation,
     summarize,
 )
@@ -44,19 +46,28 @@ def make_reward(pool=POOL, **kwargs) -> ConductorReward:
     return ConductorReward({p.id: p for p in PROBLEMS}, pool, **kwargs)
 
 
-def run(reward: ConductorReward, texts, ids, offered=None, **kw):
+def score(reward: ConductorReward, texts, ids, offered=None, **kw) -> ScoredBatch:
+    """``texts`` scored as TRL's chat completions, the rows of training step 0."""
+    n = len(texts)
+
     async def go():
         try:
-            return await reward(
-                completions=[[{"role": "assistant", "content": t}] for t in texts],
-                problem_id=ids,
-                offered=offered or [[0, 1, 2, 3]] * len(texts),
+            return await reward.score_batch(
+                [[{"role": "assistant", "content": t}] for t in texts],
+                ids,
+                sample_indices=[training_index(0, n, i) for i in range(n)],
+                offered=offered or [[0, 1, 2, 3]] * n,
                 **kw,
             )
         finally:
             await reward.aclose()
 
     return asyncio.run(go())
+
+
+def run(reward: ConductorReward, texts, ids, offered=None, **kw) -> list[float | None]:
+    """The rewards the trainer gets for ``texts`` (:func:`score`)."""
+    return list(score(reward, texts, ids, offered, **kw).rewards)
 
 
 def test_best_worker_earns_more_than_a_weak_one():
@@ -69,12 +80,12 @@ def test_best_worker_earns_more_than_a_weak_one():
 
 
 def test_format_errors_score_zero_with_a_reason():
-    r = make_reward()
-    out = run(r, ["no plan here", plan(7), plan(0, 1, access='["x"]')], [MATH[0].id] * 3)
-    assert out == [0.0, 0.0, 0.0]
-    codes = [o.format_error_code for o in r.last_outcomes]
+    texts = ["no plan here", plan(7), plan(0, 1, access='["x"]')]
+    scored = score(make_reward(), texts, [MATH[0].id] * 3)
+    assert scored.rewards == (0.0, 0.0, 0.0) and scored.texts == tuple(texts)
+    codes = [o.format_error_code for o in scored.outcomes]
     assert codes[0] == "missing_list" and codes[1] == "unknown_worker"
-    assert r.last_metrics["format_error_rate"] == 1.0
+    assert scored.metrics["format_error_rate"] == 1.0
 
 
 def test_infrastructure_failure_is_none_not_zero():
@@ -84,37 +95,36 @@ def test_infrastructure_failure_is_none_not_zero():
         w["simulation"]["failures"] = {"server_error": 1.0}
     from conductor_core.workers.config import PoolConfig
 
-    r = make_reward(pool=PoolConfig.model_validate(data))
-    out = run(r, [plan(0)], [MATH[0].id])
-    assert out == [None]
-    assert r.last_outcomes[0].infra_error
-    assert r.last_metrics["infra_error_rate"] == 1.0
+    scored = score(make_reward(pool=PoolConfig.model_validate(data)), [plan(0)], [MATH[0].id])
+    assert scored.rewards == (None,)
+    assert scored.outcomes[0].infra_error
+    assert scored.metrics["infra_error_rate"] == 1.0
 
 
 def test_an_offered_subset_runs_the_pool_worker_the_plan_names():
     r = make_reward()
     ids = [p.id for p in MATH[:20]]
     # Offered {0, 1} under their pool ids: "Model 0" is pool worker 0 (best at math), as written.
-    run(r, [plan(0)] * 20, ids, offered=[[1, 0]] * 20)
-    assert all(o.workers == [0] for o in r.last_outcomes)
-    run(r, [plan(2)] * 2, ids[:2], offered=[[1, 0]] * 2)  # pool worker 2 was not offered
-    assert [o.format_error_code for o in r.last_outcomes] == ["unknown_worker"] * 2
-    run(r, [plan(3)] * 2, ids[:2], offered=[[1, 3]] * 2)  # a 2-of-4 subset: 3 is offered
-    assert all(o.workers == [3] and not o.format_error for o in r.last_outcomes)
+    scored = score(r, [plan(0)] * 20, ids, offered=[[1, 0]] * 20)
+    assert all(o.workers == [0] for o in scored.outcomes)
+    scored = score(r, [plan(2)] * 2, ids[:2], offered=[[1, 0]] * 2)  # 2 was not offered
+    assert [o.format_error_code for o in scored.outcomes] == ["unknown_worker"] * 2
+    scored = score(r, [plan(3)] * 2, ids[:2], offered=[[1, 3]] * 2)  # 2 of 4: 3 is offered
+    assert all(o.workers == [3] and not o.format_error for o in scored.outcomes)
 
 
 def test_several_executions_are_averaged():
-    r = make_reward(executions=4)
-    out = run(r, [plan(3)] * 30, [p.id for p in MATH[:30]])
+    scored = score(make_reward(executions=4), [plan(3)] * 30, [p.id for p in MATH[:30]])
+    out = scored.rewards
     assert any(v not in (0.5, 1.0) for v in out)  # averages of 4 executions
     assert all(0.5 <= v <= 1.0 for v in out)
-    assert r.last_outcomes[0].calls == 4
+    assert scored.outcomes[0].calls == 4
     # What a recursion round may keep is the one answer it is shown: that answer's own grade.
     from conductor_core.simulation.answers import is_right_text
 
-    kept = [o.kept_reward for o in r.last_outcomes]
+    kept = [o.kept_reward for o in scored.outcomes]
     assert set(kept) == {0.5, 1.0}
-    for problem, o in zip(MATH[:30], r.last_outcomes, strict=True):
+    for problem, o in zip(MATH[:30], scored.outcomes, strict=True):
         assert o.kept_reward == (1.0 if is_right_text(problem, o.answer or "") else 0.5)
 
 
@@ -124,10 +134,9 @@ def test_recursion_round_keep_grades_the_previous_answer():
     wrong = PreviousRound(plan=plan(0), answer="\\boxed{-1}")
     keep = "model_id = []\nsubtasks = []\naccess_list = []"
     state = RoundState(previous={0: right, 1: wrong})
-    r = make_reward(rounds=state)
-    out = run(r, [keep, keep], [p.id, p.id])
-    assert out == [1.0, 0.5]
-    assert all(o.kept for o in r.last_outcomes)
+    scored = score(make_reward(), [keep, keep], [p.id, p.id], rounds=state)
+    assert scored.rewards == (1.0, 0.5)
+    assert all(o.kept for o in scored.outcomes)
     # Without a previous round, empty lists are a format error.
     assert run(make_reward(), [keep], [p.id]) == [0.0]
 
@@ -138,11 +147,12 @@ def test_an_unparsable_recursion_round_scores_zero_though_deployment_keeps_the_a
     p = MATH[0]
     right = PreviousRound(plan=plan(0), answer=f"\\boxed{{{p.reference}}}")
     wrong = PreviousRound(plan=plan(0), answer="\\boxed{-1}")
-    r = make_reward(rounds=RoundState(previous={0: right, 1: wrong}))
-    assert run(r, ["garbage", "garbage"], [p.id, p.id]) == [0.0, 0.0]
-    assert all(o.format_error and not o.kept and not o.correct for o in r.last_outcomes)
-    assert [o.answer for o in r.last_outcomes] == [right.answer, wrong.answer]
-    assert all(o.verdict_reason.startswith("format error") for o in r.last_outcomes)
+    state = RoundState(previous={0: right, 1: wrong})
+    scored = score(make_reward(), ["garbage", "garbage"], [p.id, p.id], rounds=state)
+    assert scored.rewards == (0.0, 0.0)
+    assert all(o.format_error and not o.kept and not o.correct for o in scored.outcomes)
+    assert [o.answer for o in scored.outcomes] == [right.answer, wrong.answer]
+    assert all(o.verdict_reason.startswith("format error") for o in scored.outcomes)
     assert run(make_reward(), ["garbage"], [p.id]) == [0.0]
 
 
@@ -185,19 +195,21 @@ def failing_reward(provider: Failing, **worker: object) -> ConductorReward:
 )
 def test_a_request_the_worker_rejects_scores_zero_as_the_plans_failure(status, message, why):
     """A 4xx (other than auth, 408, 429) is the plan's own failure: 0, not left out."""
-    r = failing_reward(Failing(error_for_status(status, message)))
-    assert run(r, [plan(0)], [MATH[0].id]) == [0.0]
-    o = r.last_outcomes[0]
+    scored = score(
+        failing_reward(Failing(error_for_status(status, message))), [plan(0)], [MATH[0].id]
+    )
+    assert scored.rewards == (0.0,)
+    o = scored.outcomes[0]
     assert o.plan_failure == why and not o.infra_error and not o.correct
     assert o.verdict_reason == f"plan failure: {why}"
-    assert r.last_metrics["plan_failure_rate"] == 1.0 and r.last_metrics["infra_error_rate"] == 0
+    assert scored.metrics["plan_failure_rate"] == 1.0 and scored.metrics["infra_error_rate"] == 0
 
 
 @pytest.mark.parametrize("status", [429, 500, 503, 401])
 def test_an_infrastructure_status_is_left_out_of_the_group(status):
     r = failing_reward(Failing(error_for_status(status, "maximum context length")))
-    assert run(r, [plan(0)], [MATH[0].id]) == [None]
-    assert r.last_outcomes[0].infra_error and r.last_outcomes[0].plan_failure is None
+    (o,) = score(r, [plan(0)], [MATH[0].id]).outcomes
+    assert o.reward is None and o.infra_error and o.plan_failure is None
 
 
 def test_the_plans_deadline_scores_zero_a_workers_timeout_is_left_out():
@@ -206,20 +218,19 @@ def test_the_plans_deadline_scores_zero_a_workers_timeout_is_left_out():
     slow = Failing(delay_s=5.0)
     r = failing_reward(slow)
     r.options = SolveOptions(budget=Budget(deadline_s=0.05))
-    assert run(r, [plan(0)], [MATH[0].id]) == [0.0]
-    assert r.last_outcomes[0].plan_failure == "deadline_exceeded"
-    r = failing_reward(slow, timeout_s=0.05)
-    assert run(r, [plan(0)], [MATH[0].id]) == [None]
-    assert r.last_outcomes[0].infra_error
+    scored = score(r, [plan(0)], [MATH[0].id])
+    assert scored.rewards == (0.0,) and scored.outcomes[0].plan_failure == "deadline_exceeded"
+    scored = score(failing_reward(slow, timeout_s=0.05), [plan(0)], [MATH[0].id])
+    assert scored.rewards == (None,) and scored.outcomes[0].infra_error
 
 
 def test_a_recursion_round_that_fails_by_its_own_fault_scores_zero():
     p = MATH[0]
     right = PreviousRound(plan=plan(0), answer=f"\\boxed{{{p.reference}}}")
     r = failing_reward(Failing(error_for_status(400, "prompt is too long")))
-    r.rounds = RoundState(previous={0: right})
-    assert run(r, [plan(0)], [p.id]) == [0.0]
-    o = r.last_outcomes[0]
+    scored = score(r, [plan(0)], [p.id], rounds=RoundState(previous={0: right}))
+    assert scored.rewards == (0.0,)
+    o = scored.outcomes[0]
     assert o.plan_failure == "context_overflow" and o.answer == right.answer
 
 
@@ -230,15 +241,15 @@ def test_keeping_after_a_round_without_an_answer_is_worth_a_wrong_answer():
     keep = "model_id = []\nsubtasks = []\naccess_list = []"
     failed = Outcome(reward=0.0, domain="math", plan_failure="context_overflow")
     broken = Outcome(reward=0.0, domain="math", format_error=True)
-    r = make_reward(rounds=RoundState(previous={0: PreviousRound(plan=plan(0), answer=None)}))
-    assert run(r, [keep], [p.id]) == [failed.kept_reward] == [broken.kept_reward] == [0.5]
+    state = RoundState(previous={0: PreviousRound(plan=plan(0), answer=None)})
+    out = run(make_reward(), [keep], [p.id], rounds=state)
+    assert out == [failed.kept_reward] == [broken.kept_reward] == [0.5]
 
 
 def test_round_state_cached_and_excluded_rows():
     cached = Outcome(reward=1.0, domain="math", workers=[0], plan_len=1)
     state = RoundState(cached={0: cached}, excluded={1})
-    r = make_reward(rounds=state)
-    out = run(r, ["garbage", plan(0)], [MATH[0].id, MATH[1].id])
+    out = run(make_reward(), ["garbage", plan(0)], [MATH[0].id, MATH[1].id], rounds=state)
     assert out == [1.0, None]
 
 
@@ -285,8 +296,10 @@ def test_summarize_reads_what_the_steps_were_asked():
     assert m["part_step_share"] == pytest.approx(2 / 4)
 
 
-def test_trl_convention_metrics_and_background_loop():
-    """TRL awaits async rewards on a daemon loop thread; the pool is created in that loop."""
+def test_a_batch_scored_on_trls_loop_thread_reports_to_trls_hooks():
+    """TRL awaits async rewards on a daemon loop thread; the pool is created in that loop. The
+    scored batch sends its metrics (not the reward's mean and spread: TRL logs its own) and its
+    columns to TRL's ``log_metric`` and ``log_extra``."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -294,21 +307,21 @@ def test_trl_convention_metrics_and_background_loop():
         r = make_reward()
         logged: dict[str, float] = {}
         extra: dict[str, list] = {}
-        coro = r(
-            prompts=[[{"role": "user", "content": "q"}]] * 2,
-            completions=[[{"role": "assistant", "content": plan(0)}]] * 2,
-            problem_id=[MATH[0].id, MATH[1].id],
+        coro = r.score_batch(
+            [[{"role": "assistant", "content": plan(0)}]] * 2,
+            [MATH[0].id, MATH[1].id],
+            sample_indices=[0, 1],
             offered=[[0, 1, 2, 3]] * 2,
-            domain=["math", "math"],
-            trainer_state=None,
-            log_metric=lambda k, v: logged.__setitem__(k, v),
-            log_extra=lambda k, v: extra.__setitem__(k, v),
         )
-        out = asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
-        assert len(out) == 2 and all(v in (0.5, 1.0) for v in out)
+        scored = asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
+        assert len(scored.rewards) == 2 and all(v in (0.5, 1.0) for v in scored.rewards)
+        assert scored.problem_ids == (MATH[0].id, MATH[1].id)
         assert r._pool_loop is loop
+        scored.report(lambda k, v: logged.__setitem__(k, v), lambda k, v: extra.__setitem__(k, v))
         assert logged["conductor/best_worker_share"] == 1.0
-        assert extra["final_worker"] == [0, 0]
+        assert logged["conductor/format_error_rate"] == scored.metrics["format_error_rate"]
+        assert "conductor/reward_mean" not in logged and "conductor/reward_std" not in logged
+        assert extra == {"format_error": ["", ""], "final_worker": [0, 0]}
         asyncio.run_coroutine_threadsafe(r.aclose(), loop).result(timeout=10)
     finally:
         loop.call_soon_threadsafe(loop.stop)
@@ -357,25 +370,41 @@ def test_recursion_metrics_decide_as_deployment_does():
 
 def test_the_reward_runs_each_completion_through_solve(monkeypatch):
     """solve() is the one place a plan is executed: the reward calls it once per execution, with
-    the completion as the plan text and the recursion context as its previous round."""
+    the completion as the plan text, the recursion context as its previous round, and execution
+    ``e`` of the plan at row ``i``'s sample index drawn at ``draw_index(index, executions, e)``."""
     import conductor_core.train.reward as reward_module
 
     calls = []
     real = reward_module.solve
 
     async def spy(question, source, pool, **kwargs):
-        calls.append((question, source.text, kwargs["previous"], kwargs["options"].worker_ids))
+        options, previous = kwargs["options"], kwargs["previous"]
+        calls.append((question, source.text, previous, options.worker_ids, kwargs["sample_index"]))
         return await real(question, source, pool, **kwargs)
 
     monkeypatch.setattr(reward_module, "solve", spy)
     p = MATH[0]
     previous = PreviousRound(plan=plan(1), answer="\\boxed{-1}")
-    r = make_reward(executions=2, rounds=RoundState(previous={1: previous}))
-    run(r, [plan(2), plan(2)], [p.id, p.id], offered=[[0, 1, 2, 3], [2, 3, 0, 1]])
+    scored = score(
+        make_reward(executions=2),
+        [plan(2), plan(2)],
+        [p.id, p.id],
+        offered=[[0, 1, 2, 3], [2, 3, 0, 1]],
+        rounds=RoundState(previous={1: previous}),
+    )
     assert [(c[0], c[1]) for c in calls] == [(p.question, plan(2))] * 4
     assert [c[2] for c in calls].count(previous) == 2 and [c[2] for c in calls].count(None) == 2
     assert {c[3] for c in calls} == {(0, 1, 2, 3), (2, 3, 0, 1)}
-    assert r.last_outcomes[1].workers == [2]  # "Model 2" is pool worker 2 in every offer
+    assert scored.outcomes[1].workers == [2]  # "Model 2" is pool worker 2 in every offer
+    rows = [training_index(0, 2, i) for i in range(2)]
+    assert sorted(c[4] for c in calls) == [draw_index(i, 2, e) for i in rows for e in range(2)]
+
+
+def test_a_sample_index_for_every_plan():
+    with pytest.raises(ValueError, match="1 sample indices for 2 plans"):
+        asyncio.run(
+            make_reward().score([plan(0)] * 2, [MATH[0].id] * 2, [None] * 2, sample_indices=[0])
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,11 +415,9 @@ def test_cost_weight_zero_leaves_rewards_unchanged():
     ids = [p.id for p in MATH[:20]]
     texts = [plan(0), plan(3), plan(0, 1), "no plan here"] * 5
     plain = run(make_reward(), texts, ids)
-    zero = run(make_reward(cost_weight=0.0), texts, ids)
-    assert zero == plain
-    r = make_reward(cost_weight=0.0)
-    run(r, texts, ids)
-    assert "cost_penalty" not in r.last_metrics
+    zero = score(make_reward(cost_weight=0.0), texts, ids)
+    assert list(zero.rewards) == plain
+    assert "cost_penalty" not in zero.metrics
 
 
 def test_only_the_right_part_of_a_reward_pays_its_cost_relative_to_the_reference():
@@ -399,11 +426,12 @@ def test_only_the_right_part_of_a_reward_pays_its_cost_relative_to_the_reference
     w = 0.5
     r = make_reward(cost_weight=w)
     assert r.cost_reference == POOL.cost_reference  # the bundled pool's unit
-    out = run(r, texts, ids)
-    graded = [o.reward for o in r.last_outcomes]
+    scored = score(r, texts, ids)
+    out = scored.rewards
+    graded = [o.reward for o in scored.outcomes]
     assert run(make_reward(), texts, ids) == graded  # the outcome keeps the graded reward
     seen = set()
-    for value, o in zip(out, r.last_outcomes, strict=True):
+    for value, o in zip(out, scored.outcomes, strict=True):
         if not o.plan_ok:  # format errors keep their 0
             assert value == 0.0 and o.cost == 0
             seen.add("format")
@@ -417,7 +445,7 @@ def test_only_the_right_part_of_a_reward_pays_its_cost_relative_to_the_reference
             seen.add("wrong")
     assert seen == {"format", "right", "wrong"}
     penalties = [g - v for g, v in zip(graded, out, strict=True) if v is not None]
-    assert r.last_metrics["cost_penalty"] == pytest.approx(sum(penalties) / len(out))
+    assert scored.metrics["cost_penalty"] == pytest.approx(sum(penalties) / len(out))
 
 
 def test_the_cost_term_is_unitless_the_same_weight_means_the_same_on_dearer_pools():
@@ -444,15 +472,14 @@ def test_a_plan_at_or_beyond_the_weighted_reference_is_worth_a_wrong_answer_not_
     beyond = at.model_copy(update={"cost": 50 * ref})
     half = at.model_copy(update={"cost": ref / 2})
     state = RoundState(cached={0: at, 1: beyond, 2: half})
-    out = run(make_reward(rounds=state, cost_weight=1.0), ["x"] * 3, [p.id] * 3)
+    out = run(make_reward(cost_weight=1.0), ["x"] * 3, [p.id] * 3, rounds=state)
     assert out == [pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.75)]
 
 
 def test_cost_weight_divides_cost_by_executions_and_charges_the_right_share():
     ids = [p.id for p in MATH[:6]]
-    r = make_reward(cost_weight=0.3, executions=3)
-    out = run(r, [plan(0)] * 6, ids)
-    for value, o in zip(out, r.last_outcomes, strict=True):
+    scored = score(make_reward(cost_weight=0.3, executions=3), [plan(0)] * 6, ids)
+    for value, o in zip(scored.rewards, scored.outcomes, strict=True):
         assert o.calls == 3
         share = min(1.0, 0.3 * o.cost / 3 / POOL.cost_reference)
         assert value == pytest.approx(o.reward - (o.reward - 0.5) * share)
@@ -464,10 +491,10 @@ def test_correct_cheap_plan_beats_correct_expensive_plan():
     cheap = Outcome(reward=1.0, correct=True, domain="math", workers=[3], plan_len=1, cost=ref / 10)
     dear = Outcome(reward=1.0, correct=True, domain="math", workers=[0], plan_len=1, cost=ref)
     state = RoundState(cached={0: cheap, 1: dear})
-    out = run(make_reward(rounds=state, cost_weight=0.5), ["x", "y"], [p.id, p.id])
+    out = run(make_reward(cost_weight=0.5), ["x", "y"], [p.id, p.id], rounds=state)
     assert out == [pytest.approx(1.0 - 0.5 * 0.05), pytest.approx(1.0 - 0.5 * 0.5)]
     # Without the term they tie.
-    assert run(make_reward(rounds=state), ["x", "y"], [p.id, p.id]) == [1.0, 1.0]
+    assert run(make_reward(), ["x", "y"], [p.id, p.id], rounds=state) == [1.0, 1.0]
 
 
 def test_cost_weight_keeps_infrastructure_failures_none():
@@ -479,8 +506,8 @@ def test_cost_weight_keeps_infrastructure_failures_none():
 
     r = make_reward(pool=PoolConfig.model_validate(data), cost_weight=5.0)
     assert run(r, [plan(0), "no plan here"], [MATH[0].id] * 2) == [None, 0.0]
-    excluded = make_reward(rounds=RoundState(excluded={0}), cost_weight=5.0)
-    assert run(excluded, [plan(0)], [MATH[0].id]) == [None]
+    excluded = RoundState(excluded={0})
+    assert run(make_reward(cost_weight=5.0), [plan(0)], [MATH[0].id], rounds=excluded) == [None]
 
 
 def test_cost_weight_and_reference_config_fields():
@@ -525,11 +552,12 @@ def test_cut_off_plans_are_format_errors_and_do_not_run():
     end = 2
     cut = [[5] * 8, [5] * 7 + [end], [5] * 3 + [end], [5] * 8]
     reward = make_reward(truncation=Truncation(max_tokens=8, end_ids=frozenset({end})))
-    scores = run(reward, [plan(0)] * 4, ids, completion_ids=cut)
+    scored = score(reward, [plan(0)] * 4, ids, completion_ids=cut)
+    scores = scored.rewards
     assert scores[0] == scores[3] == 0.0 and scores[1] in (0.5, 1.0) and scores[2] in (0.5, 1.0)
-    codes = [o.format_error_code for o in reward.last_outcomes]
+    codes = [o.format_error_code for o in scored.outcomes]
     assert codes == [FormatErrorCode.TRUNCATED, None, None, FormatErrorCode.TRUNCATED]
-    assert reward.last_outcomes[0].calls == 0  # not executed
+    assert scored.outcomes[0].calls == 0  # not executed
     assert set(run(make_reward(), [plan(0)] * 4, ids, completion_ids=cut)) <= {0.5, 1.0}
 
 
@@ -552,14 +580,11 @@ def test_renumbered_ids_run_the_pool_workers_they_stand_for():
     """Descriptor mode's renumbering (``workers`` column): a plan naming shown id 7 runs pool
     worker 0, and the outcome reports pool ids (the routing metrics are in pool ids)."""
     ids = [p.id for p in MATH[:40]]
-    r = make_reward()
-    placed = run(
-        r, [plan(7)] * len(ids), ids, offered=[[2, 7]] * len(ids), workers=[[1, 0]] * len(ids)
-    )
-    assert {o.final_worker for o in r.last_outcomes} == {0}
-    assert r.last_metrics["worker_share/0"] == 1.0
-    direct = run(make_reward(), [plan(0)] * len(ids), ids)
-    assert placed == direct  # the same worker, the same simulated answers
-    r = make_reward()
-    assert run(r, [plan(0)], ids[:1], offered=[[2, 7]], workers=[[1, 0]]) == [0.0]  # not shown
-    assert r.last_outcomes[0].format_error_code == "unknown_worker"
+    n = len(ids)
+    placed = score(make_reward(), [plan(7)] * n, ids, offered=[[2, 7]] * n, workers=[[1, 0]] * n)
+    assert {o.final_worker for o in placed.outcomes} == {0}
+    assert placed.metrics["worker_share/0"] == 1.0
+    direct = run(make_reward(), [plan(0)] * n, ids)
+    assert list(placed.rewards) == direct  # the same worker, the same simulated answers
+    unshown = score(make_reward(), [plan(0)], ids[:1], offered=[[2, 7]], workers=[[1, 0]])
+    assert unshown.rewards == (0.0,) and unshown.outcomes[0].format_error_code == "unknown_worker"
