@@ -1,2 +1,3 @@
-"""Benchmarks that print figures (the learning experiment harness they share is
-``conductor_core.train.experiment``)."""
+"""Benchmarks that print figures. The learning experiment harness they share is
+``experiment.py`` (``bench.experiment`` from the tests): it trains and measures, and neither
+training nor serving uses it."""

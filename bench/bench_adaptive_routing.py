@@ -33,7 +33,7 @@ position or id would score high on the first and the second alike).
 
 Training (the learning test's recipe: warm-up 300 steps, base GRPO, then the adaptive stage) takes
 about 10 CPU-minutes; with ``--descriptors`` it trains descriptor mode's recipe instead
-(:data:`~conductor_core.train.experiment.DESCRIPTOR_MODE`: the adaptive stage from a random
+(:data:`experiment.DESCRIPTOR_MODE`: the adaptive stage from a random
 model, with a format warm-up and the expert start in descriptor mode, then the tiny profile's
 160 GRPO steps), about 10 CPU-minutes. The measurement itself takes about a minute for 10
 subsets x 60 questions.
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--new-description", help="the newcomer's description (default: the same)")
     args = parser.parse_args(argv)
-    from conductor_core.train.experiment import (
+    from experiment import (
         held_out_problems,
         learning_config,
         train_base_and_adaptive,

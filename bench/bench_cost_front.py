@@ -28,7 +28,8 @@ from typing import Any
 
 def evaluate(folder: Path, config: Any, problems: list, pool: Any, plans: int, seed: int):
     """Held-out accuracy, cost and routing of the model in ``folder``."""
-    from conductor_core.train.experiment import policy_metrics, run_model
+    from experiment import policy_metrics, run_model
+
     from conductor_core.train.grpo import load_model
 
     model, tokenizer = load_model(str(folder), config, "cpu")
@@ -116,12 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from conductor_core.errors import ConfigError
-    from conductor_core.train.experiment import (
+    from experiment import (
         checked_overrides,
         held_out_problems,
         learning_config,
     )
+
+    from conductor_core.errors import ConfigError
     from conductor_core.train.grpo import run_stage
 
     work = Path(args.out).resolve().parent

@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.model}: not a model folder (no config.json)")
 
     import torch
+    from experiment import held_out_problems, learning_config
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from conductor_core.train.config import WarmupSpec
-    from conductor_core.train.experiment import held_out_problems, learning_config
     from conductor_core.train.expert_start import one_step_plan
     from conductor_core.train.grpo import load_inputs
     from conductor_core.train.warmup import encode_example, train_supervised

@@ -1,7 +1,7 @@
 """Learning that does not depend on the bundled pool: train the tiny Conductor (the learning
 test's recipe: the tiny profile, whose base stage covers every worker in each question's group) on
 five simulated pools drawn at random (the best worker of each domain at random ids, skills varied;
-``conductor_core.train.experiment.random_pool``) and print each one's held-out figures.
+``experiment.random_pool``) and print each one's held-out figures.
 
     .venv/bin/python bench/bench_learning_pools.py [--pools 5] [--seeds 1] [--out runs/pools]
 
@@ -44,12 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every run: --set beta=0.04",
     )
     args = parser.parse_args(argv)
-    from conductor_core.errors import ConfigError
-    from conductor_core.train.experiment import (
+    from experiment import (
         checked_overrides,
         learning_experiment,
         target_summary,
     )
+
+    from conductor_core.errors import ConfigError
     from conductor_core.train.reward import best_workers
     from conductor_core.workers.bundled import bundled_train_pool_path
     from conductor_core.workers.config import load_pool

@@ -69,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of every recursive run: --set loss_type=dapo",
     )
     args = parser.parse_args(argv)
-    from conductor_core.errors import ConfigError
-    from conductor_core.train.experiment import (
+    from experiment import (
         checked_overrides,
         stage_experiment,
         target_summary,
         train_base_and_adaptive,
     )
+
+    from conductor_core.errors import ConfigError
 
     out = Path(args.out)
     start = Path(args.adaptive) if args.adaptive else out / "adaptive"

@@ -26,9 +26,10 @@ def main() -> None:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     args = ap.parse_args()
 
-    from conductor_core.policy.arch import architecture_dir
+    from architectures import architecture_dir
+    from vllm_batch import VLLMBatchPlanSource
+
     from conductor_core.policy.base import PlanRequest, WorkerInfo
-    from conductor_core.policy.vllm_batch import VLLMBatchPlanSource
     from conductor_core.tasks.problem import read_problems
     from conductor_core.workers.bundled import bundled_problems_path
 

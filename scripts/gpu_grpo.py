@@ -25,19 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-QWEN25_7B = {
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": False,
-}
-"""The published Qwen2.5-7B architecture (a property of the model, not code)."""
+from architectures import ARCHITECTURES  # scripts/architectures.py, beside this script
+
+QWEN25_7B = {**ARCHITECTURES["qwen2.5-7b"], "vocab_size": 152064}
+"""The published Qwen2.5-7B architecture, with its full vocabulary (the weights are built here)."""
 
 TINY = {
     "hidden_size": 128,

@@ -28,7 +28,7 @@ GRPO_STEPS = 130
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    from conductor_core.train.experiment import learning_experiment, render_table
+    from bench.experiment import learning_experiment, render_table
 
     out = tmp_path_factory.mktemp("learning") / "base"
     result = learning_experiment(out, steps=GRPO_STEPS, warmup_steps=WARMUP_STEPS, seed=0)

@@ -12,9 +12,9 @@ def test_vllm_batch_plans_a_shard_in_one_call(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from conductor_core.policy.arch import architecture_dir
     from conductor_core.policy.base import PlanRequest, WorkerInfo
-    from conductor_core.policy.vllm_batch import VLLMBatchPlanSource
+    from scripts.architectures import architecture_dir
+    from scripts.vllm_batch import VLLMBatchPlanSource
 
     model = architecture_dir(tmp_path / "m", "qwen2.5-0.5b")
     source = VLLMBatchPlanSource(

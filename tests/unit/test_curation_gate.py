@@ -12,11 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from conductor_core.cli import cli, main
-from conductor_core.data.config import example_config_path, load_config
+from conductor_core.data.config import load_config
 from conductor_core.data.curation import CurationFailed, curate, failed_report_paths
 from conductor_core.data.expectations import validate
 from conductor_core.data.steps import normalise
-from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import read_jsonl, read_parquet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "curation"
@@ -167,31 +166,3 @@ def test_curate_with_difficulty_filter_records_rates(tmp_path: Path) -> None:
     assert kept > 0 and kept + diff["removed"] == 8
     problems = [*read_parquet(result.train_path), *read_parquet(result.validation_path)]
     assert all(0.0 < p.metadata["solve_rate"] < 1.0 for p in problems)
-
-
-def test_path_wrappers_chain_like_pipeline_components(tmp_path: Path) -> None:
-    from conductor_core.data.files import run_step_files, split_files, validate_files
-
-    cfg = load_config("example")
-    math_file = next(s.file for s in cfg.sources if s.name == "math")
-    a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.parquet"
-    assert run_step_files("normalise", math_file, a, cfg)["removed"] == 0
-    dedup = run_step_files("deduplicate", a, b, cfg)
-    assert dedup["removed"] == 2 and dedup["kept"] == 14
-    decon = run_step_files(
-        "decontaminate",
-        b,
-        c,
-        cfg,
-        eval_path=example_config_path().parent / "eval.jsonl",
-    )
-    assert decon["removed"] == 1 and len(read_parquet(c)) == 13
-    counts = split_files(c, tmp_path / "t.parquet", tmp_path / "v.parquet", cfg)
-    assert counts == {"train": 10, "validation": 3}
-    md = tmp_path / "r.md"
-    assert validate_files(
-        [tmp_path / "t.parquet", tmp_path / "v.parquet"], md, tmp_path / "r.html", cfg
-    )
-    assert "PASSED" in md.read_text(encoding="utf-8")
-    with pytest.raises(ConfigError, match="step 'bogus' is unknown"):
-        run_step_files("bogus", a, b, cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_core.train.experiment import random_pool, with_random_pool
+from bench.experiment import random_pool, with_random_pool
 from conductor_core.train.reward import best_workers
 from conductor_core.workers.config import load_pool
 
@@ -33,8 +33,8 @@ def test_with_random_pool_points_the_data_at_the_written_pool(tmp_path):
 
 
 def test_checked_overrides_parse_good_items_and_refuse_bad_ones(tmp_path):
+    from bench.experiment import checked_overrides
     from conductor_core.errors import ConfigError
-    from conductor_core.train.experiment import checked_overrides
 
     extra = checked_overrides(["beta=0.04", "generation.temperature=0.7"], tmp_path)
     assert extra == {"beta": 0.04, "generation": {"temperature": 0.7}}
@@ -45,7 +45,7 @@ def test_checked_overrides_parse_good_items_and_refuse_bad_ones(tmp_path):
 
 
 def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
-    from conductor_core.train.experiment import is_first_round_keep
+    from bench.experiment import is_first_round_keep
     from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
     keep = "model_id = []\nsubtasks = []\naccess_list = []"
@@ -61,8 +61,8 @@ def test_a_first_round_keep_plan_is_counted_whatever_the_parser_called_it():
 def test_the_experiments_train_each_stage_as_its_profile_does(tmp_path):
     """A bench's stage runs the profile's warm-up and steps for that stage (the recursive stage:
     no warm-up, its expert start instead), unless it asks for other lengths."""
+    from bench.experiment import learning_config
     from conductor_core.train.config import build_config
-    from conductor_core.train.experiment import learning_config
 
     for stage in ("base", "recursive"):
         profile = build_config({}, stage=stage, profile="tiny")

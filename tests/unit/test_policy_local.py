@@ -179,8 +179,8 @@ def test_a_model_of_an_older_prompt_version_is_asked_its_recursion_round_as_it_l
     import json
     import shutil
 
-    from conductor_core.policy.vllm_batch import VLLMBatchPlanSource
     from conductor_core.workflow.prompts import PROMPT_SPEC_FILE, save_prompt_spec
+    from scripts.vllm_batch import VLLMBatchPlanSource
 
     older = tmp_path / "older"
     shutil.copytree(model_dir, older)

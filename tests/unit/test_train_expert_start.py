@@ -91,7 +91,7 @@ def test_one_step_plan_parses():
 
 
 def test_descriptor_modes_recipe_is_a_valid_adaptive_config(tmp_path):
-    from conductor_core.train.experiment import DESCRIPTOR_MODE, learning_config
+    from bench.experiment import DESCRIPTOR_MODE, learning_config
 
     config = learning_config(tmp_path, steps=None, stage="adaptive", extra=DESCRIPTOR_MODE)
     assert config.data.descriptors and config.adaptive.renumber

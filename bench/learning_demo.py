@@ -1,7 +1,7 @@
 """Learning, shown: train a tiny Conductor on the simulated pool (CPU, minutes) and print the
 before/after table on held-out questions, plus a reward-curve PNG (also logged to MLflow).
 
-    .venv/bin/python scripts/learning_demo.py --out runs/learning-demo [--steps 150] [--seed 0]
+    .venv/bin/python bench/learning_demo.py --out runs/learning-demo [--steps 150] [--seed 0]
 
 Columns: the random initial model, after the format warm-up, after GRPO. Rows: mean reward,
 format-error rate, best-worker share (the answering step goes to the domain's best worker).
@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Override a config field of the base run: --set learning_rate=2e-4",
     )
     args = parser.parse_args(argv)
+    from experiment import learning_experiment, render_table
+
     from conductor_core.configfiles import parse_sets
-    from conductor_core.train.experiment import learning_experiment, render_table
 
     started = time.perf_counter()
     result = learning_experiment(
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(result["table"]))
     print(f"reward curve: {result.get('plot') or '(matplotlib missing)'}")
     if args.all_stages:
-        from conductor_core.train.experiment import stage_experiment
+        from experiment import stage_experiment
 
         model = Path(args.out) / "model"
         for stage in ("adaptive", "recursive"):

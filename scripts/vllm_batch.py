@@ -1,5 +1,8 @@
 """A Conductor run with vLLM's offline batch API: one ``LLM.chat`` call plans a whole shard.
 
+A helper of ``scripts/gpu_eval_planning.py`` (which imports it as ``vllm_batch``) and of the GPU
+tests (``scripts.vllm_batch``), not a script; training and serving do not use it.
+
 GPU only: ``vllm`` is imported when the engine is first built, never at module import, so this
 module can be imported (and its prompt/parse path tested) on machines without vLLM. On a script
 that builds the engine, guard the entry point with ``if __name__ == "__main__":`` (vLLM spawns

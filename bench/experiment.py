@@ -1,7 +1,8 @@
 """Learning experiments on the tiny Conductor: train a stage, then measure it on held-out questions.
-The harness of tests/e2e/test_learning.py, scripts/learning_demo.py and the learning bench scripts
-(bench/bench_learning_pools.py, bench_adaptive_routing.py, bench_recursive_seeds.py,
-bench_cost_front.py); not used by training or serving.
+The harness of tests/e2e/test_learning.py and of the learning scripts beside it (learning_demo.py,
+bench_learning_pools.py, bench_adaptive_routing.py, bench_recursive_seeds.py, bench_cost_front.py,
+bench_descriptor_probe.py), which import it as ``experiment`` (a script's folder is on its path;
+the tests import ``bench.experiment``); not used by training or serving.
 
 A random tiny Qwen2 Conductor gets the format warm-up, then GRPO on the bundled synthetic problems
 and a simulated pool; held-out (``test`` split) questions are evaluated with the initial model,

@@ -1,5 +1,8 @@
 """Model directories with a real architecture and no downloaded weights, for GPU checks.
 
+A helper of the GPU scripts (``scripts/gpu_eval_planning.py``, ``scripts/gpu_grpo.py``, which
+import it as ``architectures``) and of the GPU tests (``scripts.architectures``), not a script.
+
 :func:`architecture_dir` writes the config of a known architecture (for example Qwen2.5-7B) with
 the locally trained tokenizer of the tiny Conductor. vLLM loads it with ``load_format="dummy"``
 (random weights, nothing read from disk); transformers builds it with
