@@ -5,6 +5,8 @@
 * :mod:`.evaluation`: a registered model and baselines on a benchmark, sharded.
 * :mod:`.curation`: the data stage alone.
 
-``conductor pipeline compile|run|submit`` (:mod:`.cli`) compiles them to ``pipelines/compiled/``,
-runs them on KFP's local runner, or submits them to a Kubeflow Pipelines endpoint.
+Beside them: :mod:`.sharded` (the sharded evaluation both sharded pipelines end with),
+:mod:`.kubernetes` (cluster settings on tasks), :mod:`.describe` (the UI's description) and
+:mod:`.registry` (the pipelines by name, compiled to ``pipelines/compiled/``). What runs them,
+``conductor pipeline compile|run|submit|schedule``, is :mod:`conductor_pipeline_runner`.
 """

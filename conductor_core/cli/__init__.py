@@ -4,7 +4,7 @@ Each subcommand lives in its own module of this package and exposes a click comm
 ``command``; modules are imported only when their subcommand runs, so ``conductor --help`` stays
 fast and a missing optional dependency only affects the subcommand that needs it. Commands of
 other installed packages join through the ``conductor.commands`` entry-point group (the
-``pipeline`` command of ``pipelines/``), so this library never imports them.
+``pipeline`` command of ``conductor_pipeline_runner``), so this library never imports them.
 """
 
 from __future__ import annotations

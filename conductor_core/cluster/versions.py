@@ -20,7 +20,7 @@
   artifact store and caching follow it.
 
   ``conductor pipeline submit`` reads the server's version from its healthz endpoint and refuses
-  older servers (``pipelines/submit.py``).
+  older servers (``conductor_pipeline_runner/submit.py``).
 * **Kubeflow Trainer >= 2.2.0.** The TrainJobs the launcher builds
   (:mod:`conductor_core.cluster.trainjob`) set ``spec.runtimePatches`` (node selector,
   tolerations, volumes of the training nodes) and ``spec.activeDeadlineSeconds``, which the

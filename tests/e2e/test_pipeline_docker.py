@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conductor_core.track.loopback import running, start_mlflow_server, start_s3_server
-from pipelines.containers import RUN_LABEL
+from conductor_pipeline_runner.containers import RUN_LABEL
 from tests.support.containers import clean_env, docker_or_skip, image_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]

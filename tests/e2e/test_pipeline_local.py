@@ -23,7 +23,7 @@ PARAMS = {
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from pipelines.local import read_comparison, run_local
+    from conductor_pipeline_runner.local import read_comparison, run_local
 
     root = tmp_path_factory.mktemp("pipeline")
     saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID")}
@@ -38,7 +38,7 @@ def run(tmp_path_factory):
 
 
 def test_every_task_ran_and_the_summary_compares_the_trained_model(run):
-    from pipelines.summary import render_summary
+    from conductor_pipeline_runner.summary import render_summary
 
     root, result, comparison = run
     names = [t.name for t in result.tasks]
@@ -130,8 +130,8 @@ def test_solve_asks_the_registered_model(run):
 
 
 def test_a_bad_parameter_stops_the_run_with_one_clear_line(tmp_path):
-    from pipelines.local import run_local
-    from pipelines.summary import render_summary
+    from conductor_pipeline_runner.local import run_local
+    from conductor_pipeline_runner.summary import render_summary
 
     result = run_local("training", {"profile": "tinny"}, root=tmp_path, echo=lambda _: None)
     assert not result.ok
@@ -154,7 +154,7 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     import pipelines.registry
-    from pipelines.local import run_local
+    from conductor_pipeline_runner.local import run_local
 
     real = builtins.print
     root = logging.getLogger()

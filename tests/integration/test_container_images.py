@@ -155,7 +155,7 @@ def test_the_code_sandbox_keeps_its_namespaces_only_with_the_pods_sandbox_settin
     (seccomp Unconfined, procMount Unmasked), which the rehearsal maps to Docker's options, it
     keeps them."""
     from conductor_core.cluster.settings import load_cluster_settings
-    from pipelines.containers import sandbox_security_options
+    from conductor_pipeline_runner.containers import sandbox_security_options
     from pipelines.registry import compile_pipeline
 
     image = image_or_skip(client, "base")
@@ -171,7 +171,7 @@ def test_the_code_sandbox_keeps_its_namespaces_only_with_the_pods_sandbox_settin
 
     def mode(extra: list[str]) -> str:
         # The docker command line: `systempaths=unconfined` is one of its options that the
-        # Docker SDK cannot express (pipelines/containers.py CLI_ONLY_OPTIONS).
+        # Docker SDK cannot express (conductor_pipeline_runner/containers.py CLI_ONLY_OPTIONS).
         command = ["docker", "run", "--rm", "--user", POD_LIKE["user"], "--read-only"]
         command += ["--tmpfs", "/tmp", "--cap-drop", "ALL", "--network", "host"]
         for option in [*POD_LIKE["security_opt"], *extra]:

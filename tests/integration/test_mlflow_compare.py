@@ -331,8 +331,8 @@ def test_a_local_pipeline_runs_evaluation_is_found_as_its_summary_says(env, tmp_
     from conductor_core.evaluate.records import RecordWriter
     from conductor_core.pipeline_steps.eval_steps import aggregate_step
     from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT
-    from pipelines.local import LocalRun, _mlflow_run, local_tracking_uri
-    from pipelines.summary import render_summary
+    from conductor_pipeline_runner.local import LocalRun, _mlflow_run, local_tracking_uri
+    from conductor_pipeline_runner.summary import render_summary
 
     shard = tmp_path / "shard"
     with RecordWriter(shard / "records-0of1.jsonl") as w:

@@ -18,13 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
+def _packages() -> list[str]:
+    """The top-level packages pyproject.toml installs (its ``packages.find`` include)."""
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return [p.rstrip("*") for p in include["packages"]["find"]["include"]]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for package in ("conductor_core", "components", "pipelines"):
+    for package in _packages():
         shutil.copytree(ROOT / package, src / package, ignore=skip)
     out = tmp_path_factory.mktemp("dist")
     build = "import sys, setuptools.build_meta as b; print(b.build_wheel(sys.argv[1]))"

@@ -5,7 +5,7 @@ same shape (the real one trains for minutes: tests/e2e/test_pipeline_local.py ru
   ``placement`` output (the profile's device: ``tiny`` and ``small`` on CPU, ``paper`` on GPUs),
   with one function as two components on different images, joined by ``dsl.OneOf`` of their
   Model artifacts and handed to the next stage (kfp's local runner needs
-  ``pipelines.local._oneof_artifacts`` for that: without it the run stops);
+  ``conductor_pipeline_runner.local._oneof_artifacts`` for that: without it the run stops);
 - the evaluation is a ``ParallelFor`` with a ``dsl.Collected`` fan-in inside a condition;
 - an exit handler receives the pipeline's final state as ``dsl.PipelineTaskFinalStatus``, after
   a success and after a failure.
@@ -20,7 +20,8 @@ from kfp.dsl import Input, Model, Output
 from components.check_params import check_params
 
 LOCAL = {"base_image": "python:3.11", "install_kfp_package": False}
-# the check task's image is conductor-base; here it runs in this venv, as pipelines.local runs it
+# the check task's image is conductor-base; here it runs in this venv, as the local runner
+# (conductor_pipeline_runner.local) runs it
 pytestmark = pytest.mark.filterwarnings("ignore:.*custom or non-Python base image")
 
 
@@ -109,7 +110,7 @@ def run(tmp_path: Path, shim: bool = True, **params: str) -> tuple[str, str, Exc
 
     import kfp.local
 
-    from pipelines.local import _oneof_artifacts
+    from conductor_pipeline_runner.local import _oneof_artifacts
 
     out, status = tmp_path / "out.txt", tmp_path / "status.txt"
     kfp.local.init(

@@ -8,7 +8,7 @@ import pytest
 
 from conductor_core.track.mlflow_run import tracking_at
 from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT, pipeline_run
-from pipelines.submit import close_stale_runs
+from conductor_pipeline_runner.submit import close_stale_runs
 from tests.support.kfp_standin import KfpStandIn
 
 

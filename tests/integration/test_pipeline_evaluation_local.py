@@ -9,7 +9,7 @@ import json
 
 
 def test_the_resolved_conductor_reaches_every_shard(tmp_path):
-    from pipelines.local import run_local
+    from conductor_pipeline_runner.local import run_local
 
     params = {"conductor": "scripted", "limit": 6, "shards": 2, "baselines": "moa"}
     run = run_local("evaluation", params, root=tmp_path / "runs", echo=lambda _: None)

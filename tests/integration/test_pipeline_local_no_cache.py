@@ -18,8 +18,8 @@ class _Stop(Exception):
 def test_the_local_runner_gets_the_cache_switch(tmp_path, monkeypatch, caching) -> None:
     import kfp.local
 
-    from pipelines.local import run_local
-    from pipelines.local_resume import find_record
+    from conductor_pipeline_runner.local import run_local
+    from conductor_pipeline_runner.local_resume import find_record
 
     seen: dict = {}
 

@@ -14,8 +14,14 @@ import pytest
 import yaml
 
 from conductor_core.cluster.images import BASE_IMAGE
+from conductor_pipeline_runner.submit import (
+    ScheduleResult,
+    SubmitError,
+    schedule,
+    submit,
+    without_caching,
+)
 from pipelines.registry import COMPILED_DIR
-from pipelines.submit import ScheduleResult, SubmitError, schedule, submit, without_caching
 from tests.support.kfp_standin import API, KfpStandIn
 
 PIPELINE = "conductor-tiny-add"

@@ -37,7 +37,7 @@ def test_local_pipeline_on_real_mlflow_and_s3(mlflow_env, s3_env, tmp_path, monk
     if containers_run_here("base"):
         pytest.skip("asserted by tests/e2e/test_pipeline_docker.py, which runs here")
 
-    from pipelines.local import read_comparison, run_local
+    from conductor_pipeline_runner.local import read_comparison, run_local
 
     monkeypatch.setenv("CONDUCTOR_WORKDIR", str(tmp_path / "workdir"))
     prefix = f"pipelines-{uuid.uuid4().hex[:8]}"

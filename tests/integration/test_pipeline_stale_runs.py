@@ -47,7 +47,7 @@ def test_the_caller_says_how_each_run_ended_and_a_live_one_stays(tmp_path):
 
 
 def test_a_run_under_a_root_where_another_run_is_live_closes_nothing(tmp_path):
-    from pipelines.local import _run_lock
+    from conductor_pipeline_runner.local import _run_lock
 
     with _run_lock(tmp_path) as alone:
         assert alone
@@ -62,7 +62,7 @@ def test_a_run_under_a_root_where_another_run_is_live_closes_nothing(tmp_path):
 
 
 def test_the_next_local_run_closes_what_a_killed_run_left_running(tmp_path, monkeypatch):
-    from pipelines.local import run_local
+    from conductor_pipeline_runner.local import run_local
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root = tmp_path / "runs"
@@ -77,7 +77,7 @@ def test_the_next_local_run_closes_what_a_killed_run_left_running(tmp_path, monk
 
 
 def test_a_resumed_runs_own_runs_stay_open(tmp_path):
-    from pipelines.local import _close_killed_runs
+    from conductor_pipeline_runner.local import _close_killed_runs
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     resumed, resumed_stage = _killed_run(uri, "kfp-resumed")

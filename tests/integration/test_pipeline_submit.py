@@ -1,4 +1,5 @@
-"""``pipelines.submit.submit`` drives the official ``kfp.Client`` against a KFP API stand-in.
+"""``conductor_pipeline_runner.submit.submit`` drives the official ``kfp.Client`` against a KFP API
+stand-in.
 
 The stand-in (``tests/support/kfp_standin.py``) speaks the KFP v2beta1 REST protocol on loopback
 and records every request, so these tests check what a real server would receive: the exact
@@ -19,7 +20,7 @@ import pytest
 from conductor_core.cluster.images import BASE_IMAGE
 from conductor_core.errors import ConductorError
 from conductor_core.track.loopback import free_port
-from pipelines.submit import SubmitError, SubmitResult, default_version_name, submit
+from conductor_pipeline_runner.submit import SubmitError, SubmitResult, default_version_name, submit
 from tests.support.kfp_standin import API, KfpStandIn
 
 PIPELINE = "conductor-tiny-add"
@@ -334,13 +335,15 @@ def test_the_minimum_and_newer_backends_are_accepted(package: Path, tag: str, vi
 def test_a_backend_without_a_version_gets_a_warning_and_the_run(
     package: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="pipelines.submit")
+    caplog.set_level(logging.WARNING, logger="conductor_pipeline_runner.submit")
     with KfpStandIn(tag_name=None) as server:
         result = submit(package, host=server.host, pipeline_name=PIPELINE)
         assert result.run_id in server.runs
     assert result.server_version == ""
     (record,) = [
-        r for r in caplog.records if r.name == "pipelines.submit" and r.levelname == "WARNING"
+        r
+        for r in caplog.records
+        if r.name == "conductor_pipeline_runner.submit" and r.levelname == "WARNING"
     ]
     assert "reports no version ('unknown')" in record.getMessage()
     assert "2.17.0 or newer" in record.getMessage()

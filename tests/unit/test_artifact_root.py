@@ -133,7 +133,7 @@ def test_the_bundled_settings_mount_the_s3_secret_optional_and_give_no_default_r
 
 
 def test_the_local_run_shares_every_folder_and_drops_the_clusters_root():
-    from pipelines.local import local_settings
+    from conductor_pipeline_runner.local import local_settings
 
     settings = local_settings()
     assert settings.shared_paths == ["/"]

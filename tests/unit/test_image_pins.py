@@ -99,7 +99,7 @@ def test_pins_name_pushed_kinds_by_digest_and_the_others_by_tag(tmp_path) -> Non
 
 
 def test_the_rehearsal_pulls_only_from_a_loopback_registry_unless_asked() -> None:
-    from pipelines.containers import pullable
+    from conductor_pipeline_runner.containers import pullable
 
     assert pullable(f"127.0.0.1:5000/conductor-base@{DIGEST}", pull=False)
     assert pullable("localhost:5000/conductor-base:abc", pull=False)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conductor_core.errors import ConfigError
-from pipelines.local_resume import (
+from conductor_pipeline_runner.local_resume import (
     cache_every_task,
     cached_run_dirs,
     check_backend,
@@ -51,7 +51,7 @@ def test_every_task_but_the_exit_handler_may_be_reused():
     must reuse them once finished, and must run the exit handler that closes the run."""
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    from pipelines.local import local_settings
+    from conductor_pipeline_runner.local import local_settings
     from pipelines.registry import build
 
     pipeline = build("training", settings=local_settings())
@@ -111,7 +111,7 @@ def test_a_run_resumes_only_on_the_backend_and_services_it_ran_on(tmp_path):
 
 def test_a_docker_run_on_its_own_loopback_servers_cannot_be_resumed(tmp_path, monkeypatch):
     """Its S3 (in memory) ended with it: the checkpoints and weights it wrote are gone."""
-    from pipelines.local import run_local
+    from conductor_pipeline_runner.local import run_local
 
     for key in ("MLFLOW_TRACKING_URI", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL"):
         monkeypatch.delenv(key, raising=False)
@@ -122,7 +122,7 @@ def test_a_docker_run_on_its_own_loopback_servers_cannot_be_resumed(tmp_path, mo
 
 def test_a_run_without_the_task_cache_cannot_be_resumed(tmp_path):
     """``--no-cache`` keeps no finished task: its record says so, and a resume is refused."""
-    from pipelines.local import run_local
+    from conductor_pipeline_runner.local import run_local
 
     record = new_record(tmp_path, "curation", {}, caching=False)
     saved = json.loads((tmp_path / "local-runs" / f"{record.run_id}.json").read_text())

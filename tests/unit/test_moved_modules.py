@@ -15,7 +15,15 @@ import pytest
 from conductor_core._deprecated import MOVED
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("conductor_core", "components", "pipelines", "tests", "bench", "scripts")
+SCANNED = (
+    "conductor_core",
+    "components",
+    "pipelines",
+    "conductor_pipeline_runner",
+    "tests",
+    "bench",
+    "scripts",
+)
 
 
 def _source(module: str) -> Path:

@@ -1,6 +1,6 @@
-"""The rehearsal's container bookkeeping (pipelines/containers.py) against docker-py's own
-container listing, with a stand-in for the engine's API: KFP starts containers with
-``auto_remove``, so one can vanish between being listed and being inspected."""
+"""The rehearsal's container bookkeeping (conductor_pipeline_runner/containers.py) against
+docker-py's own container listing, with a stand-in for the engine's API: KFP starts containers
+with ``auto_remove``, so one can vanish between being listed and being inspected."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ docker = pytest.importorskip("docker")
 
 from docker.models.containers import ContainerCollection  # noqa: E402
 
-from pipelines import containers  # noqa: E402
+from conductor_pipeline_runner import containers  # noqa: E402
 
 
 class _EngineAPI:

@@ -1,13 +1,14 @@
-"""Recurring-run schedules as KFP reads them (``pipelines/cron.py``): standard five-field cron gets
-KFP's seconds field, KFP's six fields and descriptors pass, and what KFP's parser (robfig/cron v1,
-as the stand-in of tests/support/kfp_standin.py parses it) would refuse is refused first."""
+"""Recurring-run schedules as KFP reads them (``conductor_pipeline_runner/cron.py``): standard
+five-field cron gets KFP's seconds field, KFP's six fields and descriptors pass, and what KFP's
+parser (robfig/cron v1, as the stand-in of tests/support/kfp_standin.py parses it) would refuse is
+refused first."""
 
 from __future__ import annotations
 
 import pytest
 
 from conductor_core.errors import ConfigError
-from pipelines.cron import interval_seconds, kfp_cron
+from conductor_pipeline_runner.cron import interval_seconds, kfp_cron
 from tests.support.kfp_standin import robfig_cron_parse
 
 

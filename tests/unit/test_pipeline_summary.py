@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from pipelines.local import LocalRun
-from pipelines.summary import render_summary
+from conductor_pipeline_runner.local import LocalRun
+from conductor_pipeline_runner.summary import render_summary
 
 COMPARISON = {
     "rows": [

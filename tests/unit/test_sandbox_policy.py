@@ -57,7 +57,7 @@ def test_settings_that_ask_for_nothing_have_no_policy():
 
 
 def test_the_command_prints_the_policy_for_kubectl(tmp_path):
-    from pipelines.cli import command
+    from conductor_pipeline_runner.cli import command
 
     settings = tmp_path / "cluster.yaml"
     settings.write_text(yaml.safe_dump({"namespace": "team-a", "gpu": {"sandbox": SANDBOX}}))

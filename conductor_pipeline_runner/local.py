@@ -247,12 +247,12 @@ def _backend(
 ):
     """Subprocesses of this Python on the pipeline built here (the embedded default), or, with
     ``containers``, the compiled pipeline (``compiled``, default ``pipelines/compiled/<name>.yaml``)
-    in Docker containers (pipelines/containers.py), pulling missing images where ``pull`` or
-    their registry is on loopback."""
+    in Docker containers (:mod:`.containers`), pulling missing images where ``pull`` or their
+    registry is on loopback."""
     if not containers:
         import kfp.local
 
-        from pipelines.local_resume import cache_every_task
+        from conductor_pipeline_runner.local_resume import cache_every_task
         from pipelines.registry import build
 
         pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
@@ -267,7 +267,11 @@ def _backend(
                 own_store=own_store,
             )
         return
-    from pipelines.containers import compiled_pipeline, rehearsal, writable_pipeline_root
+    from conductor_pipeline_runner.containers import (
+        compiled_pipeline,
+        rehearsal,
+        writable_pipeline_root,
+    )
     from pipelines.registry import COMPILED_DIR
 
     compiled = compiled or COMPILED_DIR / f"{name}.yaml"
@@ -301,13 +305,13 @@ def run_local(
     """Run pipeline ``name`` with ``params`` on KFP's local runner under ``root``.
 
     With ``resume`` (True: the newest run of ``name`` under ``root``; a string: that run's id)
-    the run is a killed run taken up again (:mod:`pipelines.local_resume`): its tasks that
+    the run is a killed run taken up again (:mod:`.local_resume`): its tasks that
     finished are reused, with their outputs, and its parameters are kept (a different one given
     in ``params`` is a :class:`ConfigError` naming it). Local runs only, not ``containers``.
 
     By default every task is a subprocess of this Python. With ``containers`` the compiled
     pipeline runs instead, every task in a Docker container of the image it names, sharing only
-    KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`pipelines.containers`): the
+    KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`.containers`): the
     committed ``pipelines/compiled/<name>.yaml`` or ``compiled``; images the engine lacks are
     pulled only from a loopback registry, or from any with ``pull``.
     Without ``caching`` (``--no-cache``) KFP's local task cache is off: no task is answered
@@ -319,8 +323,8 @@ def run_local(
     """
     import kfp.local
 
-    from pipelines.containers import given_services
-    from pipelines.local_resume import (
+    from conductor_pipeline_runner.containers import given_services
+    from conductor_pipeline_runner.local_resume import (
         cached_run_dirs,
         check_backend,
         find_record,
@@ -406,7 +410,7 @@ def run_local(
         workspace = root / "kfp-workspace"
         workspace.mkdir(parents=True, exist_ok=True)
         # The task cache of this run alone: a fresh run reuses nothing, a resumed one what its
-        # run finished (pipelines/local_resume.py).
+        # run finished (conductor_pipeline_runner/local_resume.py).
         kfp.local.init(
             runner=backend.runner,
             pipeline_root=str(kfp_root),
@@ -436,7 +440,7 @@ def run_local(
         finally:
             sys.stdout = stdout
         if backend.rehearsal_id is not None:
-            from pipelines.containers import leftover_containers
+            from conductor_pipeline_runner.containers import leftover_containers
 
             leftovers = leftover_containers(backend.rehearsal_id)
         tracking_uri = backend.tracking_uri

@@ -21,7 +21,7 @@ must have the TrainJob permissions of ``charts/conductor-training-rbac`` when tr
 TrainJobs.
 
 :func:`schedule` uploads the same way and creates a **recurring run** of that version instead
-(``kfp.Client.create_recurring_run``): a cron schedule (:func:`pipelines.cron.kfp_cron`) or an
+(``kfp.Client.create_recurring_run``): a cron schedule (:func:`.cron.kfp_cron`) or an
 interval, at most ``max_concurrency`` runs at once, no backfill of missed runs unless asked.
 
 ``caching=False`` (``--no-cache``) turns KFP's execution cache off for every task: the version
@@ -268,7 +268,7 @@ def schedule(
     Args:
         cron: When to run: standard five-field cron (``0 2 * * *``: 02:00 every day), KFP's
             six-field form (seconds first) or a descriptor (``@daily``); see
-            :func:`pipelines.cron.kfp_cron`. Times are the cluster's (UTC on most).
+            :func:`.cron.kfp_cron`. Times are the cluster's (UTC on most).
         interval_s: Or every so many seconds (``3600``, or ``"6h"``); exactly one of the two.
         max_concurrency: Runs of this schedule at once (KFP allows 1 to 10); a run due while
             that many are going waits.
@@ -288,7 +288,7 @@ def schedule(
         SubmitError: as :func:`submit`; a schedule or bound KFP would refuse is refused before
             anything is uploaded.
     """
-    from pipelines.cron import interval_seconds, kfp_cron
+    from conductor_pipeline_runner.cron import interval_seconds, kfp_cron
 
     try:
         if (cron is None) == (interval_s is None):

@@ -1,7 +1,7 @@
 """``conductor pipeline``: compile, run locally, submit or schedule the Kubeflow pipelines.
 
 It joins the ``conductor`` command through the ``conductor.commands`` entry point, so the library
-(``conductor_core``) never imports the pipelines and installs without KFP.
+(``conductor_core``) never imports this package or the pipelines, and installs without KFP.
 """
 
 import json
@@ -163,7 +163,7 @@ def sandbox_policy_cmd(settings_path, pod_kind, namespace, service_account) -> N
 def close_stale_cmd(host, token_env, namespace) -> None:
     """Close the MLflow runs ($MLFLOW_TRACKING_URI) of pipeline runs that ended without their
     exit handler (terminated from the UI), asking Kubeflow Pipelines how each ended."""
-    from pipelines.submit import SubmitError, close_stale_runs
+    from conductor_pipeline_runner.submit import SubmitError, close_stale_runs
 
     token = _token(token_env)
     try:
@@ -245,8 +245,8 @@ def close_stale_cmd(host, token_env, namespace) -> None:
 def run_cmd(name, local, docker, root, sets, verbose, resume, compiled, pull, no_cache) -> None:
     """Run a pipeline end to end on this machine and print its summary (a cluster run is
     `submit`)."""
-    from pipelines.local import run_local
-    from pipelines.summary import render_summary
+    from conductor_pipeline_runner.local import run_local
+    from conductor_pipeline_runner.summary import render_summary
 
     if local == docker:
         raise click.UsageError("give exactly one of --local and --docker")
@@ -344,7 +344,7 @@ def submit_cmd(
 ) -> None:
     """Upload a pipeline version and start a run on a Kubeflow Pipelines endpoint (KFP 2.17 or
     newer: an older server is refused, one that reports no version gets a warning)."""
-    from pipelines.submit import submit
+    from conductor_pipeline_runner.submit import submit
 
     token = _token(token_env)
     result = submit(
@@ -425,7 +425,7 @@ def schedule_cmd(
 ) -> None:
     """Upload a pipeline version and create a recurring run of it on a Kubeflow Pipelines
     endpoint: on a cron schedule (--cron) or at an interval (--every)."""
-    from pipelines.submit import schedule
+    from conductor_pipeline_runner.submit import schedule
 
     if (cron is None) == (every is None):
         raise click.UsageError("give --cron or --every (one of the two)")

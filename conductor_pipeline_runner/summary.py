@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from pipelines.local import LocalRun, local_tracking_uri, read_comparison
+from conductor_pipeline_runner.local import LocalRun, local_tracking_uri, read_comparison
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

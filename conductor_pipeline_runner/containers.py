@@ -87,7 +87,7 @@ def compiled_pipeline(path: Path) -> Any:
     from kfp import components
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    from pipelines.local_resume import cache_every_task
+    from conductor_pipeline_runner.local_resume import cache_every_task
 
     if not path.is_file():
         raise ConductorError(f"no compiled pipeline at {path}: run `conductor pipeline compile`")
