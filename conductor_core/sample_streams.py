@@ -24,7 +24,8 @@ The streams and their positions:
 ``EVALUATION`` (1)     ``seed * 1_000_003 + repeat`` (:func:`evaluation_index`)
 ``EXPERT_START`` (2)   ``problem * runs + run`` (:func:`expert_start_index`)
 ``RECURSION_START``    ``problem * runs + run`` (:func:`recursion_start_index`): a context's
-(3)                    round 1; its round 2 is the same index in round 1 of the solve loop
+(3)                    first round; the new plan after it runs at the same index in the
+                       solve loop's second round (``round_index(index, 1)``)
 ``CURATION`` (4)       ``sample`` (:func:`curation_index`): the difficulty filter's samples
 =====================  ====================================================================
 
