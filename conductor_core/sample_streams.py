@@ -67,6 +67,7 @@ __all__ = [
     "recursion_start_index",
     "repeat_index",
     "round_index",
+    "run_index",
     "stream_index",
     "training_index",
 ]
@@ -218,3 +219,9 @@ def repeat_index(index: int, repeat: int) -> int:
         SampleIndexError: ``repeat`` outside ``0 <= repeat < MAX_REPEATS``.
     """
     return index + _in_range("the repeat", repeat, MAX_REPEATS) * REPEAT_STRIDE
+
+
+def run_index(index: int) -> int:
+    """The index of the plan run a call at ``index`` belongs to: ``index`` without its repeat
+    (the inverse of :func:`repeat_index`). Every repeat of a request in one run shares it."""
+    return index % REPEAT_STRIDE

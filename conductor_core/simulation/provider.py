@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from random import Random
 
+from conductor_core.sample_streams import run_index
 from conductor_core.simulation.answers import (
     generic_answer,
     hedge_answer,
@@ -57,7 +58,6 @@ from conductor_core.workers.types import (
     ProviderError,
     Usage,
 )
-from conductor_core.workflow.executor import REPEAT_STRIDE
 
 __all__ = [
     "FAILURE_KINDS",
@@ -380,7 +380,7 @@ class SimulatedProvider:
                 self.profile.seed,
                 self.config.model,
                 normalize_text(parsed.question),
-                sample_index % REPEAT_STRIDE,
+                run_index(sample_index),
             )
             text = respond(
                 world, self.profile, rules, parsed.subtask, parsed.visible_texts(), rng, own_key

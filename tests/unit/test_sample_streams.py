@@ -223,3 +223,11 @@ def test_the_old_names_in_solve_still_work_with_a_warning():
         assert solve.round_sample_index(3, 1) == ss.round_index(3, 1)
     with pytest.raises(AttributeError):
         solve.no_such_name  # noqa: B018
+
+
+@given(
+    st.integers(min_value=0, max_value=ss.REPEAT_STRIDE - 1),
+    st.integers(min_value=0, max_value=ss.MAX_REPEATS - 1),
+)
+def test_every_repeat_of_a_request_belongs_to_the_run_it_was_made_in(index, repeat):
+    assert ss.run_index(ss.repeat_index(index, repeat)) == index
