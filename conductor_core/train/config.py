@@ -409,6 +409,15 @@ class WarmupSpec(_Strict):
         "from scratch has no language: this list is its vocabulary of subtasks, and which one a "
         "step gets, for which question and worker, is left to GRPO.",
     )
+    last_step: str | None = Field(
+        default=None,
+        min_length=1,
+        description="`targets: synthetic`: when set, every synthetic plan of two steps or more "
+        "ends with a step of this subtask that reads every earlier step (access `all`; its "
+        "worker still drawn at random): the shape of a workflow whose last step puts the "
+        "answers together, which a model trained from scratch cannot know. `null`: the last "
+        "step is drawn like the others.",
+    )
 
 
 class CheckpointSpec(_Strict):

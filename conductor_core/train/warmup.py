@@ -70,13 +70,19 @@ def synthetic_plan(
     max_plan_steps: int = 1,
     access_mode: AccessMode | str = AccessMode.BINARY,
     subtasks: Sequence[str] = WARMUP_SUBTASKS,
+    last_step: str | None = None,
 ) -> str:
     """A valid rendered plan of 1..``max_plan_steps`` steps, each step's worker drawn uniformly
     from ``workers`` (a pool size ``n``, meaning ids ``0..n-1``, or the offered pool ids) and
-    its subtask uniformly from ``subtasks``."""
+    its subtask uniformly from ``subtasks``; with ``last_step``, a plan of two steps or more
+    ends with a step of that subtask reading every earlier one (``warmup.last_step``)."""
     ids = offered_ids(workers)
     steps = []
-    for i in range(rng.randint(1, max_plan_steps)):
+    count = rng.randint(1, max_plan_steps)
+    for i in range(count):
+        if last_step is not None and i and i == count - 1:
+            steps.append(Step(worker=rng.choice(ids), subtask=last_step, access=ALL))
+            break
         access: Any = ALL if i and rng.random() < 0.7 else ()
         steps.append(
             Step(
@@ -138,6 +144,7 @@ def warmup_texts(
             max_plan_steps=steps,
             access_mode=config.data.access_mode,
             subtasks=subtasks,
+            last_step=config.warmup.last_step,
         )
         previous = None
         if rng.random() < config.experimental.warmup_recursion_fraction:
@@ -157,6 +164,7 @@ def warmup_texts(
                     max_plan_steps=steps,
                     access_mode=config.data.access_mode,
                     subtasks=subtasks,
+                    last_step=config.warmup.last_step,
                 )
         messages = stage_prompt(
             config,

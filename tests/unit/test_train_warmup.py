@@ -35,6 +35,29 @@ def test_synthetic_plans_parse_and_use_every_worker():
     assert min(workers.values()) > 0.15 * sum(workers.values())
 
 
+def test_synthetic_plans_can_end_with_a_step_that_reads_every_earlier_one():
+    rng = Random(0)
+    lengths = Counter()
+    for _ in range(300):
+        plan = synthetic_plan(
+            rng, 4, max_plan_steps=4, subtasks=["Solve part 1."], last_step="Sum up."
+        )
+        steps = parse_plan(plan, workers=4).steps
+        lengths[len(steps)] += 1
+        if len(steps) > 1:
+            assert steps[-1].subtask == "Sum up."
+            assert steps[-1].visible(len(steps) - 1) == tuple(range(len(steps) - 1))
+            assert all(s.subtask == "Solve part 1." for s in steps[:-1])
+        else:
+            assert steps[0].subtask == "Solve part 1."  # one step: drawn like the others
+    assert set(lengths) == {1, 2, 3, 4}
+    spec = {"warmup": {"last_step": "Sum up.", "max_plan_steps": 4}, "data": {"max_steps": 4}}
+    config = build_config(spec, profile="tiny")
+    pairs = warmup_texts(PROBLEMS, 4, config, 40, seed=2)
+    # a recursion round's "keep" and a one-step plan have no last step of their own
+    assert sum('"Sum up."' in plan for _, plan in pairs) > 10
+
+
 def test_warmup_texts_mix_in_recursion_rounds():
     config = build_config({"experimental": {"warmup_recursion_fraction": 0.5}}, profile="tiny")
     pairs = warmup_texts(PROBLEMS, 4, config, 200, seed=1)
