@@ -6,6 +6,7 @@ import ipaddress
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from conductor_core.sample_streams import MAX_ROUNDS
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.prompts import PromptStyle
 
@@ -181,9 +182,18 @@ class GatewayConfig(BaseModel):
         description="Fraction of requests logged as MLflow traces (log_solve_trace; the "
         "tracking URI comes from MLFLOW_TRACKING_URI). 0: none.",
     )
-    max_rounds: int = Field(default=1, ge=1, description="Default Conductor rounds per request.")
+    max_rounds: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_ROUNDS,
+        description="Default Conductor rounds per request.",
+    )
     max_rounds_limit: int = Field(
-        default=3, ge=1, description="Largest conductor.max_rounds a request may ask for."
+        default=3,
+        ge=1,
+        le=MAX_ROUNDS,
+        description="Largest conductor.max_rounds a request may ask for (at most the rounds a "
+        "sample index can number, `sample_streams.MAX_ROUNDS`).",
     )
     max_steps: int = Field(
         default=5,

@@ -349,6 +349,9 @@ def test_json_logs_scrub_keys():
 def test_gateway_config_validates_fields():
     with pytest.raises(ValueError, match="max_rounds_limit"):
         GatewayConfig(max_rounds=4, max_rounds_limit=3)
+    # a round past the sample index's round field would fail inside the solve loop
+    with pytest.raises(ValueError, match="max_rounds_limit"):
+        GatewayConfig(max_rounds_limit=257)
     with pytest.raises(ValueError, match="NAME"):
         GatewayConfig(api_keys_env="sk-not-a-name!")
     with pytest.raises(ValueError, match="trace_sample_rate"):
