@@ -114,12 +114,10 @@ def test_calibration() -> None:
 def test_sandbox_failure_is_infra_error(
     monkeypatch: pytest.MonkeyPatch, lcb: dict[str, Problem]
 ) -> None:
-    import conductor_core.tasks.sandbox as sandbox
-
     def broken(code: str, **kwargs: object) -> SandboxResult:
         return SandboxResult("sandbox_error", None, "", "", 0.0, "bwrap failed", ("bwrap",))
 
-    monkeypatch.setattr(sandbox, "run_python", broken)
+    monkeypatch.setattr(gcode, "run_python", broken)
     v = grade(lcb["abc300_a"], fenced("print(3)"))
     assert v.infra_error and not v.correct and "bwrap failed" in v.reason
     assert reward(plan_ok=True, verdict=v) is None

@@ -15,6 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from conductor_core.tasks.grading.code import agrade_code, grade_code
+from conductor_core.tasks.grading.freeform import rule_match
+from conductor_core.tasks.grading.math import grade_math
+from conductor_core.tasks.grading.mcq import grade_mcq
 from conductor_core.tasks.grading.verdict import Verdict
 from conductor_core.tasks.problem import Domain, Problem
 
@@ -30,16 +34,11 @@ def _no_answer(answer: str | None) -> Verdict | None:
 def _grade_rules(problem: Problem, answer: str, timeout_s: float) -> Verdict:
     """Every non-code, non-judge grading path (pure Python, may block up to timeout_s)."""
     if problem.domain == Domain.MATH:
-        from conductor_core.tasks.grading.math import grade_math
-
         ok, reason, extracted = grade_math(problem.reference, answer, timeout_s=timeout_s)
         return Verdict(ok, reason, extracted)
     if problem.domain == Domain.MCQ:
-        from conductor_core.tasks.grading.mcq import grade_mcq
-
         ok, reason, extracted = grade_mcq(problem.reference, answer, choices=problem.choices)
         return Verdict(ok, reason, extracted)
-    from conductor_core.tasks.grading.freeform import rule_match
 
     ok, reason, extracted = rule_match(problem.reference, answer)
     return Verdict(ok, reason, extracted)
@@ -73,8 +72,6 @@ async def agrade(
         return empty
     assert answer is not None
     if problem.domain == Domain.CODE:
-        from conductor_core.tasks.grading.code import agrade_code
-
         return await agrade_code(problem, answer, timeout_s=timeout_s)
     verdict = await asyncio.to_thread(_grade_rules, problem, answer, timeout_s)
     if problem.domain == Domain.FREEFORM and judge is not None and not verdict.correct:
@@ -95,8 +92,6 @@ def grade(
         return empty
     assert answer is not None
     if problem.domain == Domain.CODE:
-        from conductor_core.tasks.grading.code import grade_code
-
         return grade_code(problem, answer, timeout_s=timeout_s)
     verdict = _grade_rules(problem, answer, timeout_s)
     if problem.domain == Domain.FREEFORM and judge is not None and not verdict.correct:

@@ -41,6 +41,7 @@ from typing import Any
 from conductor_core.tasks.answers import extract_code
 from conductor_core.tasks.grading.verdict import Verdict
 from conductor_core.tasks.problem import Problem
+from conductor_core.tasks.sandbox import SandboxLimits, arun_python, run_python
 
 _DRIVER = Path(__file__).with_name("_driver.py")
 _KINDS = ("functional", "unittest", "stdio", "call")
@@ -130,8 +131,6 @@ def prepare(
     problem: Problem, answer: str | None, *, timeout_s: float = 10
 ) -> PreparedRun | Verdict:
     """Build the sandbox run for grading ``answer``; a Verdict when there is nothing to run."""
-    from conductor_core.tasks.sandbox import SandboxLimits
-
     kind = check_tests(problem.tests)
     program = extract_code(answer or "")
     if program is None or not program.strip():
@@ -217,8 +216,6 @@ def interpret(run: PreparedRun, result: Any) -> Verdict:
 
 def grade_code(problem: Problem, answer: str | None, *, timeout_s: float = 10) -> Verdict:
     """Grade a code answer in the sandbox (blocking)."""
-    from conductor_core.tasks.sandbox import run_python
-
     run = prepare(problem, answer, timeout_s=timeout_s)
     if isinstance(run, Verdict):
         return run
@@ -228,8 +225,6 @@ def grade_code(problem: Problem, answer: str | None, *, timeout_s: float = 10) -
 
 async def agrade_code(problem: Problem, answer: str | None, *, timeout_s: float = 10) -> Verdict:
     """Grade a code answer in the sandbox without blocking the event loop."""
-    from conductor_core.tasks.sandbox import arun_python
-
     run = prepare(problem, answer, timeout_s=timeout_s)
     if isinstance(run, Verdict):
         return run

@@ -27,6 +27,7 @@ from conductor_core.tasks.sandbox.backend import (
     get_backend,
     set_backend,
 )
+from conductor_core.tasks.sandbox.isolation import available_modes
 from conductor_core.tasks.sandbox.local import FALLBACK_ENV, ISOLATION_ENV, LocalSandbox
 from conductor_core.tasks.sandbox.types import STATUSES, SandboxLimits, SandboxResult
 
@@ -128,8 +129,6 @@ async def arun_python(
 
 def isolation_report() -> dict:
     """What this host supports and what the active backend enforces (self-tested once)."""
-    from conductor_core.tasks.sandbox.isolation import available_modes
-
     report = dict(get_backend().report())
     report.setdefault("available", available_modes())
     report["max_concurrency"] = max_concurrency()

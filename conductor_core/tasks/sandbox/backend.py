@@ -13,6 +13,7 @@ import threading
 from typing import Protocol, runtime_checkable
 
 from conductor_core.errors import ConfigError
+from conductor_core.tasks.sandbox.local import LocalSandbox
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
 
 BACKEND_ENV = "CONDUCTOR_SANDBOX_BACKEND"
@@ -79,12 +80,7 @@ def get_backend() -> SandboxBackend:
     with _lock:
         if _backend is None:
             spec = os.environ.get(BACKEND_ENV, "").strip()
-            if spec and spec != "local":
-                _backend = _load(spec)
-            else:
-                from conductor_core.tasks.sandbox.local import LocalSandbox
-
-                _backend = LocalSandbox()
+            _backend = _load(spec) if spec and spec != "local" else LocalSandbox()
         return _backend
 
 

@@ -26,6 +26,7 @@ from conductor_core.tasks.sandbox.isolation import (
 )
 from conductor_core.tasks.sandbox.run_outcome import RunOutcome, classify, scrubbed_env, signal_of
 from conductor_core.tasks.sandbox.types import SandboxLimits, SandboxResult
+from conductor_core.tasks.sandbox.zygote import ISOLATION_TAGS, ZygotePool
 
 ISOLATION_ENV = "CONDUCTOR_SANDBOX_ISOLATION"
 FALLBACK_ENV = "CONDUCTOR_SANDBOX_FALLBACK"
@@ -305,8 +306,6 @@ class LocalSandbox:
                 "running_as_root": os.geteuid() == 0,
             }
         if mode == "zygote":
-            from conductor_core.tasks.sandbox.zygote import ISOLATION_TAGS
-
             isolation = ISOLATION_TAGS
         else:
             isolation = build_plan(
@@ -323,8 +322,6 @@ class LocalSandbox:
         }
 
     def _zygote_pool(self):
-        from conductor_core.tasks.sandbox.zygote import ZygotePool
-
         with self._zygote_lock:
             if self._zygotes is None:
                 self._zygotes = ZygotePool()

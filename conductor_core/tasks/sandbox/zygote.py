@@ -376,6 +376,7 @@ class _Zygote:
     def __init__(self) -> None:
         import subprocess
 
+        # lazy: this file is also the zygote's program (python -I -S), stdlib only at the top
         from conductor_core.tasks.sandbox.isolation import bwrap_argv, python_roots, site_dirs
         from conductor_core.tasks.sandbox.run_outcome import scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxLimits
@@ -590,6 +591,7 @@ class ZygotePool:
     def run(self, code: str, stdin: str, limits, files: dict[str, str]):
         """Run one program (``limits``: SandboxLimits, ``files`` already validated) and return
         a SandboxResult; infrastructure failures give ``sandbox_error``."""
+        # lazy: this file is also the zygote's program (python -I -S), stdlib only at the top
         from conductor_core.tasks.sandbox.run_outcome import RunOutcome, classify, scrubbed_env
         from conductor_core.tasks.sandbox.types import SandboxResult
 
