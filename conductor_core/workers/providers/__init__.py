@@ -8,13 +8,18 @@ The mapping of SDK errors and HTTP statuses to :class:`ProviderError` kinds live
 
 from __future__ import annotations
 
+from conductor_core.simulation.provider import SimulatedProvider
 from conductor_core.workers.config import WorkerConfig
+from conductor_core.workers.providers.anthropic_provider import AnthropicProvider
 from conductor_core.workers.providers.errors import (
     MAX_ERROR_CHARS,
     clean_message,
     error_for_status,
     malformed,
 )
+from conductor_core.workers.providers.gemini_provider import GeminiProvider
+from conductor_core.workers.providers.openai_compat import OpenAIProvider
+from conductor_core.workers.providers.transformers_provider import TransformersProvider
 from conductor_core.workers.types import Provider
 
 
@@ -28,24 +33,14 @@ def build_provider(worker: WorkerConfig, *, worker_id: int | None = None) -> Pro
         MissingDependencyError: the provider's SDK is not installed (names the extra).
     """
     if worker.provider == "openai":
-        from conductor_core.workers.providers.openai_compat import OpenAIProvider
-
         return OpenAIProvider(worker, worker_id=worker_id)
     if worker.provider == "anthropic":
-        from conductor_core.workers.providers.anthropic_provider import AnthropicProvider
-
         return AnthropicProvider(worker, worker_id=worker_id)
     if worker.provider == "gemini":
-        from conductor_core.workers.providers.gemini_provider import GeminiProvider
-
         return GeminiProvider(worker, worker_id=worker_id)
     if worker.provider == "transformers":
-        from conductor_core.workers.providers.transformers_provider import TransformersProvider
-
         return TransformersProvider(worker, worker_id=worker_id)
     if worker.provider == "simulated":
-        from conductor_core.simulation.provider import SimulatedProvider
-
         return SimulatedProvider(worker)
     raise ValueError(f"unknown provider {worker.provider!r}")
 
