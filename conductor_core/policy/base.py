@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from conductor_core.workflow.errors import PlanFormatError
+from conductor_core.workflow.grammar import plan_regex
 from conductor_core.workflow.model import AccessMode, Workflow
 from conductor_core.workflow.parser import try_parse_plan
 from conductor_core.workflow.prompts import PROMPT_VERSION, PromptStyle
@@ -95,8 +96,6 @@ def plan_grammar(
     """The plan regex for ``request`` (:func:`~conductor_core.workflow.grammar.plan_regex` for its
     workers, steps, access mode and round): the one grammar that a served Conductor is sent and a
     local one decodes under; every plan it matches passes :func:`parse_result` for ``request``."""
-    from conductor_core.workflow.grammar import plan_regex
-
     return plan_regex(
         request.workers,
         request.max_steps,

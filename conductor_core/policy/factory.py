@@ -7,7 +7,12 @@ from typing import Any
 
 from conductor_core.errors import ConductorError
 from conductor_core.policy.base import PlanSource
-from conductor_core.policy.pretrained import is_pretrained_name
+from conductor_core.policy.local import TransformersPlanSource
+from conductor_core.policy.openai_policy import OpenAIPlanSource
+from conductor_core.policy.pretrained import is_pretrained_name, pretrained_model_dir
+from conductor_core.policy.scripted import ScriptedPlanSource
+from conductor_core.policy.tiny import default_tiny_dir
+from conductor_core.track.registry import load_model_dir
 
 ACCEPTED_FORMS = (
     "'scripted' (deterministic heuristic plans), 'tiny' (the built-in tiny local model), "
@@ -55,33 +60,18 @@ def load_plan_source(
     text = (spec or "").strip()
     lowered = text.lower()
     if lowered == "scripted":
-        from conductor_core.policy.scripted import ScriptedPlanSource
-
         return ScriptedPlanSource(**kw)
     if lowered == "tiny":
-        from conductor_core.policy.local import TransformersPlanSource
-        from conductor_core.policy.tiny import default_tiny_dir
-
         return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
     if is_pretrained_name(text):
-        from conductor_core.policy.local import TransformersPlanSource
-        from conductor_core.policy.pretrained import pretrained_model_dir
-
         return TransformersPlanSource(pretrained_model_dir(), plan_grammar=plan_grammar, **kw)
     if lowered.startswith(("http://", "https://")):
-        from conductor_core.policy.openai_policy import OpenAIPlanSource
-
         return OpenAIPlanSource(text, model, api_key_env=api_key_env, **kw)
     if lowered.startswith(REMOTE_MODEL_PREFIXES):
-        from conductor_core.policy.local import TransformersPlanSource
-        from conductor_core.track.registry import load_model_dir
-
         return TransformersPlanSource(load_model_dir(text), plan_grammar=plan_grammar, **kw)
     if text:
         path = Path(text).expanduser()
         if path.is_dir():
-            from conductor_core.policy.local import TransformersPlanSource
-
             if not (path / "config.json").is_file():
                 raise ConductorError(
                     f"--conductor: {text} has no config.json, so it is not a model directory; "

@@ -12,6 +12,7 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PlanRequest, PlanResult, as_trained, parse_result
+from conductor_core.policy.plan_mask import PlanGrammar
 from conductor_core.policy.pretrained import resolve_model_path
 from conductor_core.workflow.prompts import (
     PromptSpec,
@@ -223,8 +224,6 @@ class TransformersPlanSource:
     def _grammar_processor(self, requests: list[PlanRequest]) -> Any:
         """The plan-grammar logits processor for one batch (the vocabulary is read once)."""
         if self._grammar is None:
-            from conductor_core.policy.plan_mask import PlanGrammar
-
             self._grammar = PlanGrammar(self._tokenizer, max_subtask_chars=self.max_subtask_chars)
         return self._grammar.processor(requests)
 

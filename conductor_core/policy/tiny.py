@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 
 from conductor_core.errors import ConfigError, require
+from conductor_core.workflow import prompts
+from conductor_core.workflow.model import AccessMode, Step, Workflow
 from conductor_core.workflow.prompts import PROMPT_VERSION
 
 PAD_TOKEN = "<pad>"
@@ -267,9 +269,6 @@ _DESCRIPTIONS = (
 
 def default_corpus(*, seed: int = 0, plans: int = 400) -> list[str]:
     """Texts that teach the tokenizer the Conductor format: prompts, plans, recursion turns."""
-    from conductor_core.workflow import prompts
-    from conductor_core.workflow.model import AccessMode
-
     rng = random.Random(seed)
     texts: list[str] = []
     for i, question in enumerate(_QUESTIONS):
@@ -296,8 +295,6 @@ def default_corpus(*, seed: int = 0, plans: int = 400) -> list[str]:
 
 def _random_plan_text(rng: random.Random, num_workers: int, mode) -> str:
     """A reasoning line followed by a valid rendered plan of 1-5 steps."""
-    from conductor_core.workflow.model import AccessMode, Step, Workflow
-
     steps = []
     for i in range(rng.randint(1, 5)):
         if mode == AccessMode.INDEX and i and rng.random() < 0.5:

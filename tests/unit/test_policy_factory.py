@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conductor_core.errors import ConductorError
-from conductor_core.policy import tiny
+from conductor_core.policy import factory
 from conductor_core.policy.factory import load_plan_source
 from conductor_core.policy.local import TransformersPlanSource
 from conductor_core.policy.openai_policy import OpenAIPlanSource
@@ -52,7 +52,7 @@ def test_tiny_uses_the_default_tiny_dir(monkeypatch, tmp_path: Path) -> None:
         calls.append(build)
         return tmp_path
 
-    monkeypatch.setattr(tiny, "default_tiny_dir", fake_default_tiny_dir)
+    monkeypatch.setattr(factory, "default_tiny_dir", fake_default_tiny_dir)
     source = load_plan_source("tiny", temperature=0.0)
     assert isinstance(source, TransformersPlanSource)
     assert source.model_dir == tmp_path

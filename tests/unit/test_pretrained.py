@@ -250,11 +250,13 @@ def test_a_read_only_current_folder_is_used_as_it_is(
 
 
 def test_conductor_flag_accepts_the_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from conductor_core.policy import factory
     from conductor_core.policy.factory import ACCEPTED_FORMS, load_plan_source
     from conductor_core.policy.local import TransformersPlanSource
 
     assert MODEL_NAME in ACCEPTED_FORMS
     monkeypatch.setattr(pretrained, "pretrained_model_dir", lambda **kw: tmp_path)
+    monkeypatch.setattr(factory, "pretrained_model_dir", lambda **kw: tmp_path)
     source = load_plan_source(MODEL_NAME)
     assert isinstance(source, TransformersPlanSource)
     assert source.model_dir == tmp_path
