@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from conductor_core.track.mlflow_run import configure, mlflow_module, restores_tracking_uri
+from conductor_core.track.pipeline_runs import TAG_GIT_COMMIT, TAG_KFP_RUN_ID
 from conductor_core.track.scrub import is_secret_key, scrub_value, secret_values
 
 DIGEST_CHARS = 32
@@ -99,8 +100,6 @@ def run_lineage(run_id: str, *, uri: str | None = None) -> dict[str, str]:
     """What a training run records of its lineage: ``git_commit``, ``kfp_run_id``, ``profile``
     (its param) and ``dataset_digest`` (its training dataset input); missing ones are left
     out."""
-    from conductor_core.track.pipeline_runs import TAG_GIT_COMMIT, TAG_KFP_RUN_ID
-
     run = configure(uri).MlflowClient().get_run(run_id)
     found = {
         "git_commit": run.data.tags.get(TAG_GIT_COMMIT),

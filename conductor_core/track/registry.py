@@ -92,6 +92,7 @@ def _log(model_dir: Path, name: str, uri: str | None = None) -> tuple[str, str]:
     mlflow = configure(uri)
     from mlflow.models import Model, infer_signature
 
+    # lazy: pyfunc_model imports mlflow at its top (about 1.5 s)
     from conductor_core.track.pyfunc_model import (
         ARTIFACT_KEY,
         DEFAULT_PARAMS,

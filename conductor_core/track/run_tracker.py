@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.track import mlflow_run
+from conductor_core.track.lineage import log_dataset_input
 from conductor_core.track.registry import log_and_register_model
 
 _LOG = logging.getLogger(__name__)
@@ -132,8 +133,6 @@ class RunTracker:
     ) -> None:
         """Log the dataset at ``source`` with its content ``digest`` as an MLflow dataset input
         of the run (see :func:`~conductor_core.track.lineage.log_dataset_input`)."""
-        from conductor_core.track.lineage import log_dataset_input
-
         log_dataset_input(source, digest, name=name, context=context, tags=tags)
 
     def log_model(
