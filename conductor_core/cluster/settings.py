@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from conductor_core.cluster.images import image
 from conductor_core.configfiles import deep_merge, read_yaml_file
 from conductor_core.errors import ConfigError, format_validation_error
 
@@ -101,8 +102,6 @@ def _check_label_key(key: str) -> str:
 
 def _release_image(kind: str) -> str:
     """This release's pinned image of ``kind`` (:mod:`conductor_core.cluster.images`)."""
-    from conductor_core.cluster.images import image
-
     return image(kind)  # type: ignore[arg-type]
 
 

@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Literal
 
+from conductor_core.configfiles import deep_merge
 from conductor_core.errors import ConfigError
+from conductor_core.train.config import PROFILES, profile_values
 
 ShardingPlan = Literal["none", "fsdp2"]
 """A plan a TrainJob runs with (``auto`` resolves to one of them)."""
@@ -148,12 +150,8 @@ def stage_values(stage_config: str | Mapping[str, Any], stage: str) -> dict[str,
     if not isinstance(data, dict):
         return {}
     profile = data.get("profile")
-    if isinstance(profile, str) and profile:
-        from conductor_core.configfiles import deep_merge
-        from conductor_core.train.config import PROFILES, profile_values
-
-        if profile in PROFILES:
-            data = deep_merge(profile_values(profile, str(data.get("stage") or stage)), data)
+    if isinstance(profile, str) and profile in PROFILES:
+        data = deep_merge(profile_values(profile, str(data.get("stage") or stage)), data)
     return data
 
 
