@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from conductor_core.configfiles import read_yaml_file
 from conductor_core.errors import ConfigError, format_validation_error
+from conductor_core.tasks.sources.local import expand_env
 
 EXAMPLE_NAME = "example"
 """``--config example`` means the bundled example config."""
@@ -217,7 +218,6 @@ def resolve_paths(config: CurationConfig, base: Path) -> CurationConfig:
     def fix(p: str | None) -> str | None:
         if p is None:
             return None
-        from conductor_core.tasks.sources.local import expand_env
 
         q = Path(expand_env(p)).expanduser()
         return str(q if q.is_absolute() else (base / q).resolve())

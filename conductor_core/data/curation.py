@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.data.config import CurationConfig, load_config
+from conductor_core.data.difficulty import difficulty_filter
 from conductor_core.data.expectations import ValidationOutcome, validate
 from conductor_core.data.mixture import mix, split
 from conductor_core.data.records import Removal, difficulty_of, source_of
@@ -33,6 +34,7 @@ from conductor_core.data.report import render_html, render_markdown
 from conductor_core.data.steps import decontaminate, deduplicate, load_sources, normalise
 from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.tasks.problem import Problem, write_parquet
+from conductor_core.tasks.sources.local import check_local_copies
 
 STAT_EXAMPLES = 5
 """Removed ids listed per filter in stats.json."""
@@ -133,8 +135,6 @@ def curate(
     filters["decontaminate"] = {**removal_stats(removed), "eval_problems": len(eval_problems)}
 
     if config.difficulty is not None:
-        from conductor_core.data.difficulty import difficulty_filter
-
         problems, removed = difficulty_filter(
             problems, config.difficulty, pool=pool, progress=progress
         )
@@ -178,8 +178,6 @@ def curate(
 def _local_copies(config: CurationConfig) -> CurationConfig:
     """Benchmark sources whose local ``path`` is missing load from the hub when it is reachable;
     when it is not, one error names every missing source (see tasks.sources.local)."""
-    from conductor_core.tasks.sources.local import check_local_copies
-
     specs = [*config.sources, *config.eval_benchmarks]
     hub = check_local_copies(
         [(s.name, s.path) for s in specs if s.benchmark is not None], what=config.name

@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING
 
 from conductor_core.data.config import DifficultyConfig
 from conductor_core.data.records import Filtered, Removal
+from conductor_core.errors import ConfigError
+from conductor_core.policy.fixed import one_step
 from conductor_core.sample_streams import curation_index
+from conductor_core.solve import SolveOptions, solve
+from conductor_core.tasks.grading import agrade
 from conductor_core.tasks.problem import Problem, write_jsonl
+from conductor_core.workers.config import load_pool
+from conductor_core.workers.pool import WorkerPool
 
 if TYPE_CHECKING:  # pragma: no cover
     from conductor_core.workflow.executor import WorkerCaller
@@ -44,8 +50,6 @@ class Rating:
 
 
 async def _default_grader(problem: Problem, answer: str) -> bool:
-    from conductor_core.tasks.grading import agrade
-
     verdict = await agrade(problem, answer)
     return bool(verdict.correct)
 
@@ -59,9 +63,6 @@ async def rate_problems(
     on_done: Callable[[], None] | None = None,
 ) -> list[Rating]:
     """Rate every problem on ``pool`` (anything with the executor's ``WorkerCaller`` shape)."""
-    from conductor_core.policy.fixed import one_step
-    from conductor_core.solve import SolveOptions, solve
-
     grade = grader or _default_grader
     sem = asyncio.Semaphore(config.concurrency)
     # One round of one step: the reference worker alone, as the plan says, nothing more.
@@ -165,10 +166,6 @@ async def _run(
 
 
 def _open_pool(problems: list[Problem], config: DifficultyConfig) -> WorkerCaller:
-    from conductor_core.errors import ConfigError
-    from conductor_core.workers.config import load_pool
-    from conductor_core.workers.pool import WorkerPool
-
     pool_config = load_pool(config.pool)
     bad = [w for w in config.workers if not 0 <= w < len(pool_config)]
     if bad:

@@ -16,6 +16,7 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
+from conductor_core.tasks.grading.math import as_number, math_verify_equal
 from conductor_core.tasks.problem import Domain, Problem
 
 COLUMNS = [
@@ -72,8 +73,6 @@ def reference_in_choices(problem: Problem) -> bool:
 def math_reference_parses(reference: str, *, timeout_s: float = 5.0) -> bool:
     """True when the math grader can read ``reference``: an exact number for its fast path, or
     an expression that its math-verify parser reads (checked by grading it against itself)."""
-    from conductor_core.tasks.grading.math import as_number, math_verify_equal
-
     if not reference.strip():
         return False
     if as_number(reference) is not None:

@@ -25,6 +25,7 @@ from conductor_core.data.text import (
 )
 from conductor_core.errors import ConfigError
 from conductor_core.tasks.problem import Domain, Problem, read_problems
+from conductor_core.tasks.sources import load_benchmark
 
 
 def load_source(spec: SourceSpec) -> list[Problem]:
@@ -36,8 +37,6 @@ def load_source(spec: SourceSpec) -> list[Problem]:
         if spec.limit is not None:
             problems = problems[: spec.limit]
     else:
-        from conductor_core.tasks.sources import load_benchmark
-
         problems = load_benchmark(
             spec.benchmark, path=spec.path, split=spec.split, limit=spec.limit, **spec.options
         )

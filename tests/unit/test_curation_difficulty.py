@@ -129,10 +129,10 @@ def test_progress_bar_does_not_change_results() -> None:
 
 
 def test_each_sample_is_a_fixed_one_step_plan_through_solve(monkeypatch) -> None:
-    import conductor_core.solve as solve_module
+    import conductor_core.data.difficulty as difficulty_module
     from conductor_core.policy.fixed import FixedPlanSource
 
-    real_solve = solve_module.solve
+    real_solve = difficulty_module.solve
     seen = []
 
     async def watched(question, plan_source, pool, **kwargs):
@@ -140,7 +140,7 @@ def test_each_sample_is_a_fixed_one_step_plan_through_solve(monkeypatch) -> None
         seen.append((plan_source, kwargs["sample_index"], trace))
         return trace
 
-    monkeypatch.setattr(solve_module, "solve", watched)
+    monkeypatch.setattr(difficulty_module, "solve", watched)
     cfg = DifficultyConfig(pool="p.yaml", workers=[1], samples=3, subtask="Answer it.")
     pool = ScriptedPool({"Q-some": 2})
     kept, _ = difficulty_filter(
