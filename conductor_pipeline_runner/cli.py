@@ -13,7 +13,7 @@ import click
 
 from conductor_core.cli.options import OUT_DIR, RenamedOptionsCommand
 from conductor_core.errors import ConfigError
-from pipelines.registry import COMPILED_DIR, NAMES
+from conductor_pipelines.registry import COMPILED_DIR, NAMES
 
 
 def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def compile_cmd(
     """Compile pipelines (all by default) to YAML for the Kubeflow UI or `submit`."""
     from conductor_core.cluster.images import pins as image_pins
     from conductor_core.cluster.settings import load_cluster_settings
-    from pipelines.registry import compile_pipeline
+    from conductor_pipelines.registry import compile_pipeline
 
     settings = load_cluster_settings(settings_path)
     pins = None
@@ -190,10 +190,10 @@ def close_stale_cmd(host, token_env, namespace) -> None:
     "--docker",
     "docker",
     is_flag=True,
-    help="Run the compiled pipeline (pipelines/compiled/NAME.yaml, what the Kubeflow UI gets) "
-    "with every task in a container of the image it names (`make images` builds them), sharing "
-    "only KFP's artifacts, S3 and MLflow; without MLFLOW_TRACKING_URI and an S3 endpoint both "
-    "are started on 127.0.0.1 for the run.",
+    help="Run the compiled pipeline (conductor_pipelines/compiled/NAME.yaml, what the Kubeflow UI "
+    "gets) with every task in a container of the image it names (`make images` builds them), "
+    "sharing only KFP's artifacts, S3 and MLflow; without MLFLOW_TRACKING_URI and an S3 endpoint "
+    "both are started on 127.0.0.1 for the run.",
 )
 @click.option(
     "--root",
@@ -226,8 +226,8 @@ def close_stale_cmd(host, token_env, namespace) -> None:
     "--compiled",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="With --docker: the compiled YAML to run (default pipelines/compiled/NAME.yaml), e.g. "
-    "one compiled with --images.",
+    help="With --docker: the compiled YAML to run (default "
+    "conductor_pipelines/compiled/NAME.yaml), e.g. one compiled with --images.",
 )
 @click.option(
     "--pull",
@@ -292,7 +292,7 @@ def _kfp_options(func):
             "--package",
             type=click.Path(dir_okay=False),
             default=None,
-            help="Compiled YAML (default: pipelines/compiled/<name>.yaml).",
+            help="Compiled YAML (default: conductor_pipelines/compiled/<name>.yaml).",
         ),
         click.option("--version", "version_name", default=None, help="Pipeline version name."),
         click.option(

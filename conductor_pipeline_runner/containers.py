@@ -1,7 +1,7 @@
-"""The cluster rehearsal: a **compiled** pipeline (``pipelines/compiled/<name>.yaml``, what the
-Kubeflow UI gets) run by ``kfp.local.DockerRunner``, every task in its own container of the
-image the YAML names, sharing nothing but what a cluster shares: KFP's artifacts, an S3 bucket and
-an MLflow server.
+"""The cluster rehearsal: a **compiled** pipeline (``conductor_pipelines/compiled/<name>.yaml``,
+what the Kubeflow UI gets) run by ``kfp.local.DockerRunner``, every task in its own container of
+the image the YAML names, sharing nothing but what a cluster shares: KFP's artifacts, an S3
+bucket and an MLflow server.
 
 The containers run as the images' user (uid 10001) with every capability dropped and no new
 privileges, on the host's network (servers bind 127.0.0.1; no traffic to bridge addresses). The
@@ -154,7 +154,7 @@ def sandbox_security_options(path: Path) -> list[str]:
     """
     import json
 
-    from pipelines.kubernetes import SANDBOX_SPEC_ANNOTATION
+    from conductor_pipelines.kubernetes import SANDBOX_SPEC_ANNOTATION
 
     options: set[str] = set()
     for executor in _pod_settings(path).values():

@@ -180,9 +180,9 @@ def _oneof_artifacts():
     """Let kfp's local runner join ``dsl.OneOf`` of artifacts, as a cluster does.
 
     The training pipeline picks each stage's task with ``dsl.If``/``Elif``/``Else`` and hands
-    the branch's model on through ``dsl.OneOf`` (``pipelines/training.py``). kfp 2.17's local
-    runner joins a ``OneOf`` of parameters (the value of the branch that ran) but stops at one of
-    artifacts ("Expected 1 artifact in ArtifactSelectorSpec", ``OrchestratorUtils.
+    the branch's model on through ``dsl.OneOf`` (``conductor_pipelines/training.py``). kfp 2.17's
+    local runner joins a ``OneOf`` of parameters (the value of the branch that ran) but stops at
+    one of artifacts ("Expected 1 artifact in ArtifactSelectorSpec", ``OrchestratorUtils.
     get_dag_output_artifacts``). Within the block that method takes, for each output, the one
     selector whose task produced it, exactly as it does for parameters; an output with a single
     selector reads as before.
@@ -246,14 +246,14 @@ def _backend(
     pull: bool = False,
 ):
     """Subprocesses of this Python on the pipeline built here (the embedded default), or, with
-    ``containers``, the compiled pipeline (``compiled``, default ``pipelines/compiled/<name>.yaml``)
-    in Docker containers (:mod:`.containers`), pulling missing images where ``pull`` or their
-    registry is on loopback."""
+    ``containers``, the compiled pipeline (``compiled``, default
+    ``conductor_pipelines/compiled/<name>.yaml``) in Docker containers (:mod:`.containers`),
+    pulling missing images where ``pull`` or their registry is on loopback."""
     if not containers:
         import kfp.local
 
         from conductor_pipeline_runner.local_resume import cache_every_task
-        from pipelines.registry import build
+        from conductor_pipelines.registry import build
 
         pipeline = build(name, settings=local_settings(), eval_parallelism=LOCAL_PARALLELISM)
         cache_every_task(pipeline.pipeline_spec)
@@ -272,7 +272,7 @@ def _backend(
         rehearsal,
         writable_pipeline_root,
     )
-    from pipelines.registry import COMPILED_DIR
+    from conductor_pipelines.registry import COMPILED_DIR
 
     compiled = compiled or COMPILED_DIR / f"{name}.yaml"
     pipeline = compiled_pipeline(compiled)
@@ -312,8 +312,8 @@ def run_local(
     By default every task is a subprocess of this Python. With ``containers`` the compiled
     pipeline runs instead, every task in a Docker container of the image it names, sharing only
     KFP's artifacts, S3 and MLflow (the cluster rehearsal, :mod:`.containers`): the
-    committed ``pipelines/compiled/<name>.yaml`` or ``compiled``; images the engine lacks are
-    pulled only from a loopback registry, or from any with ``pull``.
+    committed ``conductor_pipelines/compiled/<name>.yaml`` or ``compiled``; images the engine
+    lacks are pulled only from a loopback registry, or from any with ``pull``.
     Without ``caching`` (``--no-cache``) KFP's local task cache is off: no task is answered
     from a cached output, nothing is kept for a resume, and the run cannot be resumed.
     ``echo`` receives one line as each task starts and ends (default: stderr). With ``verbose``

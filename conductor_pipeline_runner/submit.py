@@ -4,7 +4,7 @@ One call does what an engineer would do in the UI: upload the pipeline (or, when
 that name exists, a new version of it), get or create the experiment, and start a run of exactly
 that version with the given parameters::
 
-    result = submit("pipelines/compiled/training.yaml", host="http://localhost:8080",
+    result = submit("conductor_pipelines/compiled/training.yaml", host="http://localhost:8080",
                     pipeline_name="conductor-training", params={"profile": "tiny"})
     print(result.run_url)
 

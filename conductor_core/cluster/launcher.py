@@ -684,8 +684,8 @@ def launch_and_wait(
     ``namespace`` overrides ``settings.namespace`` (default: the pod's own namespace). Lines of
     the rank-0 pod's log and the launcher's own notes go to ``log``. When the environment names
     the launching pod (``POD_NAME``, ``POD_UID``, optionally ``POD_NAMESPACE``: the downward-API
-    variables ``pipelines.kubernetes.expose_pod_identity`` puts on the task) and the job goes to
-    that pod's namespace, the TrainJob and its ConfigMap are owned by the pod.
+    variables ``conductor_pipelines.kubernetes.expose_pod_identity`` puts on the task) and the job
+    goes to that pod's namespace, the TrainJob and its ConfigMap are owned by the pod.
 
     Returns a :class:`LaunchResult` when the TrainJob reaches ``Complete``. Raises
     :class:`TrainJobFailedError`, :class:`TrainJobDeadlineError`,

@@ -3,9 +3,9 @@
 KFP's compiler sets ``seccompProfile: RuntimeDefault`` on every task pod and container, and
 kfp-kubernetes can set none of the fields the sandbox's namespaces need (runtime class, seccomp,
 AppArmor, ``procMount``, ``hostUsers``): with the default ``isolation: namespaces`` the graders
-would refuse generated code deep inside a run. ``pipelines.kubernetes.apply_sandbox`` labels the
-graders' pods ``conductor.dev/sandbox: <isolation>``; the cluster applies the fields with an
-admission policy keyed on that label, limited to the pipeline's namespace (and service
+would refuse generated code deep inside a run. ``conductor_pipelines.kubernetes.apply_sandbox``
+labels the graders' pods ``conductor.dev/sandbox: <isolation>``; the cluster applies the fields
+with an admission policy keyed on that label, limited to the pipeline's namespace (and service
 account), with fixed values rendered here from the cluster settings, never read from the pod.
 
 The policy is a Kyverno ``ClusterPolicy`` (``kyverno.io/v1``): ``conductor pipeline

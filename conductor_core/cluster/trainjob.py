@@ -93,7 +93,8 @@ POD_IDENTITY_FIELDS = {
     POD_NAMESPACE_ENV: "metadata.namespace",
     WORKFLOW_NAME_ENV: f"metadata.labels['{WORKFLOW_LABEL}']",
 }
-"""Each variable and the pod field it is filled from (``pipelines/kubernetes.py`` sets them)."""
+"""Each variable and the pod field it is filled from (``conductor_pipelines/kubernetes.py`` sets
+them)."""
 
 _NON_SLUG = re.compile(r"[^a-z0-9]+")
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")

@@ -153,7 +153,7 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
 
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    import pipelines.registry
+    import conductor_pipelines.registry
     from conductor_pipeline_runner.local import run_local
 
     real = builtins.print
@@ -168,7 +168,7 @@ def test_print_and_logging_are_as_they_were_after_a_run(tmp_path, monkeypatch):
         raise RuntimeError("task failed")
 
     leaky_pipeline.pipeline_spec = pipeline_spec_pb2.PipelineSpec()  # as a built one has
-    monkeypatch.setattr(pipelines.registry, "build", lambda *a, **k: leaky_pipeline)
+    monkeypatch.setattr(conductor_pipelines.registry, "build", lambda *a, **k: leaky_pipeline)
     result = run_local("training", root=tmp_path, echo=lambda _: None)
     assert not result.ok and result.run_dir is None
     assert builtins.print is real

@@ -18,7 +18,7 @@ def out(kind, path: Path):
 
 
 def test_register_component_promotes_then_keeps(tmp_path, monkeypatch):
-    from components.register import register
+    from conductor_components.register import register
     from conductor_core.pipeline_steps.manifest import ModelManifest
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -48,11 +48,11 @@ def test_register_component_promotes_then_keeps(tmp_path, monkeypatch):
 
 
 def test_data_eval_and_report_components_chain(tmp_path):
-    from components.aggregate import aggregate
-    from components.curate import curate
-    from components.eval_shard import eval_shard
-    from components.plan_shards import plan_shards
-    from components.validate import validate
+    from conductor_components.aggregate import aggregate
+    from conductor_components.curate import curate
+    from conductor_components.eval_shard import eval_shard
+    from conductor_components.plan_shards import plan_shards
+    from conductor_components.validate import validate
 
     dataset = out(dsl.Dataset, tmp_path / "dataset")
     final = json.loads(curate.python_func(curation_config="pipeline", dataset=dataset))
@@ -121,8 +121,8 @@ def test_a_failing_data_gate_keeps_the_report_as_an_output_artifact(tmp_path):
     import kfp.local
     import pytest
 
-    from components.gate import gate
-    from components.validate import validate
+    from conductor_components.gate import gate
+    from conductor_components.validate import validate
 
     broken = _broken_dataset(tmp_path)
 
@@ -146,7 +146,7 @@ def test_a_failing_data_gate_keeps_the_report_as_an_output_artifact(tmp_path):
 def test_resolve_model_turns_an_alias_into_the_version_it_points_at(tmp_path, monkeypatch):
     """The evaluation pipeline's uncached first task: a moved alias gives another version, so
     the cached shards after it are run afresh."""
-    from components.resolve_model import resolve_model
+    from conductor_components.resolve_model import resolve_model
     from conductor_core.track.registry import register_version, resolve_model_uri
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 # call), executed in the image: a component whose call needs a package the image lacks fails.
 COMPONENT_IMPORTS = r"""
 import ast, importlib, inspect, json, pkgutil
-import components
+import conductor_components
 done, failed = [], {}
-for mod in pkgutil.iter_modules(components.__path__):
+for mod in pkgutil.iter_modules(conductor_components.__path__):
     if not mod.ispkg:
         continue
-    module = importlib.import_module(f"components.{mod.name}.component")
+    module = importlib.import_module(f"conductor_components.{mod.name}.component")
     tree = ast.parse(inspect.getsource(module))
     for fn in [n for n in tree.body if isinstance(n, ast.FunctionDef)]:
         for node in ast.walk(fn):
@@ -75,12 +75,13 @@ def test_images_run_as_the_pods_do(client, kind):
 
 
 def test_base_image_runs_every_component_call(client):
-    import components
+    import conductor_components
 
     image = image_or_skip(client, "base")
     out = json.loads(_run(client, image, ["python", "-c", COMPONENT_IMPORTS]).strip())
     assert out["failed"] == {}
-    here = {p.name for p in __import__("pathlib").Path(components.__file__).parent.iterdir()}
+    folder = __import__("pathlib").Path(conductor_components.__file__).parent
+    here = {p.name for p in folder.iterdir()}
     assert set(out["components"]) >= {n for n in here if not n.startswith(("_", "."))} - {
         "__pycache__"
     }
@@ -156,7 +157,7 @@ def test_the_code_sandbox_keeps_its_namespaces_only_with_the_pods_sandbox_settin
     keeps them."""
     from conductor_core.cluster.settings import load_cluster_settings
     from conductor_pipeline_runner.containers import sandbox_security_options
-    from pipelines.registry import compile_pipeline
+    from conductor_pipelines.registry import compile_pipeline
 
     image = image_or_skip(client, "base")
     sandbox = {

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conductor_core.cluster import images
-from pipelines.registry import COMPILED_DIR, compile_pipeline
+from conductor_pipelines.registry import COMPILED_DIR, compile_pipeline
 
 DIGEST = "sha256:" + "0c6d" * 16
 

@@ -17,7 +17,7 @@ import pytest
 from kfp import dsl
 from kfp.dsl import Input, Model, Output
 
-from components.check_params import check_params
+from conductor_components.check_params import check_params
 
 LOCAL = {"base_image": "python:3.11", "install_kfp_package": False}
 # the check task's image is conductor-base; here it runs in this venv, as the local runner
@@ -39,7 +39,8 @@ def work(stage: str, flag: str, model: Output[Model], init: Input[Model] = None)
 
 on_cpu = dsl.component(**LOCAL)(work)
 on_gpu = dsl.component(base_image="python:3.11-slim", install_kfp_package=False)(work)
-on_gpu.component_spec.name = on_gpu.name = "work-gpu"  # as components._settings.variant does
+# as conductor_components._settings.variant does
+on_gpu.component_spec.name = on_gpu.name = "work-gpu"
 
 
 @dsl.component(**LOCAL)

@@ -96,7 +96,7 @@ def test_nothing_is_created_for_a_run_that_opened_no_mlflow_run(tmp_path, monkey
 def test_the_component_passes_kfps_final_status(store):
     from kfp.dsl import PipelineTaskFinalStatus
 
-    from components.close_run import close_run
+    from conductor_components.close_run import close_run
 
     parent = pipeline_run("conductor-training", "kfp-c", experiment=PIPELINE_EXPERIMENT)
     status = PipelineTaskFinalStatus(

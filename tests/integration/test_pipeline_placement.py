@@ -30,7 +30,7 @@ trainjob: {num_nodes: 3, runtime_name: torch-team}
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> tuple[dict, dict, dict[str, dict]]:
     from conductor_core.cluster.settings import load_cluster_settings
-    from pipelines.registry import compile_pipeline
+    from conductor_pipelines.registry import compile_pipeline
 
     folder = tmp_path_factory.mktemp("compiled")
     (folder / "cluster.yaml").write_text(SETTINGS)
@@ -97,7 +97,7 @@ def test_each_profile_takes_the_branches_its_device_says(compiled, profile, on_c
     """The placement the check task outputs for the profile picks exactly one task of each
     stage and one registration: ``small`` (SmolLM2 with LoRA, ``device: cpu``) trains,
     evaluates and registers on CPU pods as ``tiny`` does; ``paper`` on GPU pods."""
-    from components.check_params import check_params
+    from conductor_components.check_params import check_params
     from conductor_core.train.config import bundled_pool
 
     spec, _, _ = compiled
@@ -218,7 +218,7 @@ def test_the_compile_time_settings_reach_the_trainjob_the_launcher_builds(
     import conductor_core.cluster.launcher as launcher
     import conductor_core.pipeline_steps.train_steps as steps
     import conductor_core.track.storage as storage
-    from components.train import train_launcher
+    from conductor_components.train import train_launcher
     from conductor_core.cluster.trainjob import build_manifests
 
     _, _, all_tasks = compiled

@@ -21,7 +21,7 @@ from conductor_pipeline_runner.submit import (
     submit,
     without_caching,
 )
-from pipelines.registry import COMPILED_DIR
+from conductor_pipelines.registry import COMPILED_DIR
 from tests.support.kfp_standin import API, KfpStandIn
 
 PIPELINE = "conductor-tiny-add"

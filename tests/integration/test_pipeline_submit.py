@@ -225,7 +225,7 @@ def test_conductor_pipeline_submit_uploads_the_compiled_training_pipeline(
     import json
 
     from conductor_core.cli import main
-    from pipelines.registry import COMPILED_DIR
+    from conductor_pipelines.registry import COMPILED_DIR
 
     main(
         [

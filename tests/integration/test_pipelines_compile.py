@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.registry import COMPILED_DIR, NAMES, compile_pipeline
+from conductor_pipelines.registry import COMPILED_DIR, NAMES, compile_pipeline
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -142,7 +142,7 @@ def test_the_local_run_shares_every_folder_and_drops_the_clusters_root():
 
 
 def _committed_check_task() -> tuple[dict, dict]:
-    from pipelines.registry import COMPILED_DIR
+    from conductor_pipelines.registry import COMPILED_DIR
 
     spec = next(yaml.safe_load_all((COMPILED_DIR / "training.yaml").read_text()))
     dags = [spec["root"]["dag"], *(c["dag"] for c in spec["components"].values() if "dag" in c)]
@@ -158,7 +158,7 @@ def _pipeline_parameter(ref: str) -> str:
 def test_the_committed_pipeline_rejects_an_empty_or_local_root_before_training(monkeypatch):
     """What the UI and the container rehearsal run: the check task gets the bundled settings'
     rules as constants, and with them the empty default and a local folder stop the run."""
-    from components.check_params import check_params
+    from conductor_components.check_params import check_params
 
     spec, inputs = _committed_check_task()
     constants = {k: v["runtimeValue"]["constant"] for k, v in inputs.items() if "runtimeValue" in v}

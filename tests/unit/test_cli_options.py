@@ -75,7 +75,7 @@ def test_train_out_and_its_old_spelling(tmp_path) -> None:
 
 def test_pipeline_compile_out_and_its_old_spelling(tmp_path, monkeypatch) -> None:
     pytest.importorskip("kfp", reason="the pipelines extra")
-    import pipelines.registry as registry
+    import conductor_pipelines.registry as registry
 
     written = []
     monkeypatch.setattr(

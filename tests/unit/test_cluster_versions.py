@@ -65,7 +65,7 @@ def test_check_version_outcomes() -> None:
 def _compiled(name: str) -> list[dict]:
     import yaml
 
-    from pipelines.registry import COMPILED_DIR
+    from conductor_pipelines.registry import COMPILED_DIR
 
     return list(yaml.safe_load_all((COMPILED_DIR / f"{name}.yaml").read_text()))
 

@@ -18,7 +18,7 @@ import yaml
 from conductor_core.cluster.versions import KFP_BACKEND, TRAINER
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = sorted(p.parent for p in (ROOT / "components").glob("*/component.py"))
+FOLDERS = sorted(p.parent for p in (ROOT / "conductor_components").glob("*/component.py"))
 REQUIRED_FIELDS = ["name", "stability", "dependencies", "lastVerified"]
 OPTIONAL_FIELDS = ["tags", "ci", "links"]
 STABILITY = ("experimental", "alpha", "beta", "stable")
@@ -28,7 +28,7 @@ ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| `[^`]+`(?: \(returned\))? \|(?P<rest
 
 def _components(folder: Path) -> list:
     """The components a folder's package exports (the one named like the folder first)."""
-    module = importlib.import_module(f"components.{folder.name}")
+    module = importlib.import_module(f"conductor_components.{folder.name}")
     names = sorted(module.__all__, key=lambda n: n != folder.name)
     return [getattr(module, n) for n in names]
 

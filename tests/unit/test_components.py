@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENT_FILES = sorted((ROOT / "components").glob("*/component.py"))
-ALLOWED_TOP_LEVEL = {"kfp", "typing", "components._settings"}
+COMPONENT_FILES = sorted((ROOT / "conductor_components").glob("*/component.py"))
+ALLOWED_TOP_LEVEL = {"kfp", "typing", "conductor_components._settings"}
 
 
 def test_every_step_has_a_component():
@@ -49,7 +49,7 @@ def test_components_are_described_and_do_not_install_kfp(path):
     import importlib
 
     name = path.parent.name
-    comp = getattr(importlib.import_module(f"components.{name}"), name)
+    comp = getattr(importlib.import_module(f"conductor_components.{name}"), name)
     assert comp.description and len(comp.description) > 40
     spec = comp.component_spec.implementation.container
     assert "pip install" not in " ".join(spec.command)  # install_kfp_package=False
@@ -57,7 +57,7 @@ def test_components_are_described_and_do_not_install_kfp(path):
 
 
 def test_check_params_component_stops_on_a_typo():
-    from components.check_params import check_params
+    from conductor_components.check_params import check_params
     from conductor_core.errors import ConfigError
 
     args = {

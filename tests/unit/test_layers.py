@@ -1,11 +1,20 @@
-"""Layering of ``conductor_core``, read from source (nothing is imported):
+"""Layering of the project's packages, read from source (nothing is imported):
 
-* no import cycle among its modules, counting the imports that run when a module is imported
-  (module level, class bodies, module-level ``if``/``try``), not those inside functions nor in
-  ``if TYPE_CHECKING:`` blocks;
+* the installed top-level packages are the layers :data:`LAYERS`, each named ``conductor_*``, and
+  each imports only the layers below it (anywhere, functions included): ``conductor_core``
+  imports none of the KFP side, the components do not import the pipelines, the pipelines do not
+  import their runners;
+* a component module imports only ``kfp`` (with ``__future__``, ``typing`` and its own package)
+  when it is imported, so compiling a pipeline loads neither torch nor MLflow;
+* no import cycle among the modules of ``conductor_core``, counting the imports that run when a
+  module is imported (module level, class bodies, module-level ``if``/``try``), not those inside
+  functions nor in ``if TYPE_CHECKING:`` blocks;
 * Kubernetes and Kubeflow (``kubernetes``, ``kfp``) imported only under ``conductor_core/cluster/``;
 * TRL imported at import time by ``conductor_core.train.trainers`` only, which no module imports at
   import time (its callers import it inside functions).
+
+These are the rules of the shared ``tools/check_layers.py`` too, which reads the folders
+``components/`` and ``pipelines/`` by those names; here they hold for the packages' own names.
 """
 
 from __future__ import annotations
@@ -18,6 +27,10 @@ PACKAGE = "conductor_core"
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_ONLY = ("kubernetes", "kfp")
 TRAINERS = f"{PACKAGE}.train.trainers"
+LAYERS = (PACKAGE, "conductor_components", "conductor_pipelines", "conductor_pipeline_runner")
+"""The installed top-level packages, lowest first: each imports only the ones before it."""
+COMPONENT_IMPORT_TIME = ("kfp", "__future__", "typing", "conductor_components")
+"""What a module of ``conductor_components`` may import when it is imported."""
 
 Edge = tuple[str, str, int]  # (target module, file, line)
 
@@ -249,3 +262,73 @@ def test_trl_loads_only_with_the_trainers_module() -> None:
     through = [edge for edges in import_graph().values() for edge in edges.values()]
     at_import = [f"{file}:{line}" for target, file, line in through if target == TRAINERS]
     assert not at_import, f"import {TRAINERS} inside functions (it imports TRL): {at_import}"
+
+
+def _absolute_imports(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """(module, line) of every absolute import in ``tree``, inside functions too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module, node.lineno
+
+
+def _layer_imports() -> dict[str, set[str]]:
+    """layer -> the other layers its modules import; asserts that each layer's folder exists."""
+    found: dict[str, set[str]] = {layer: set() for layer in LAYERS}
+    for layer in LAYERS:
+        paths = sorted((ROOT / layer).rglob("*.py"))
+        assert paths, f"no {layer}/ under {ROOT}"
+        for path in paths:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for name, _ in _absolute_imports(tree):
+                top = name.split(".")[0]
+                if top in LAYERS and top != layer:
+                    found[layer].add(top)
+    return found
+
+
+def test_the_layers_are_the_installed_packages_and_their_names_are_the_projects() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {pattern.rstrip("*") for pattern in include} == set(LAYERS)
+    assert all(layer.startswith("conductor_") for layer in LAYERS)  # no generic top-level name
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    offenders = []
+    for i, layer in enumerate(LAYERS):
+        above = set(LAYERS[i + 1 :])
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for name, line in _absolute_imports(tree):
+                if name.split(".")[0] in above:
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert not offenders, (
+        "imports point down only (" + " <- ".join(LAYERS) + "):\n" + ("\n".join(offenders))
+    )
+    seen = _layer_imports()  # the scan sees the downward imports that do exist
+    assert PACKAGE in seen["conductor_components"]
+    assert "conductor_components" in seen["conductor_pipelines"]
+    assert "conductor_pipelines" in seen["conductor_pipeline_runner"]
+
+
+def test_component_modules_import_only_kfp_when_imported() -> None:
+    offenders = []
+    for path in sorted((ROOT / "conductor_components").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _import_time_nodes(tree.body):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue  # within the package
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                if name.split(".")[0] not in COMPONENT_IMPORT_TIME:
+                    rel = path.relative_to(ROOT)
+                    offenders.append(f"{rel}:{node.lineno}: imports {name} (import it in the body)")
+    assert not offenders, "\n".join(offenders)

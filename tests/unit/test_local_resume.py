@@ -52,7 +52,7 @@ def test_every_task_but_the_exit_handler_may_be_reused():
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     from conductor_pipeline_runner.local import local_settings
-    from pipelines.registry import build
+    from conductor_pipelines.registry import build
 
     pipeline = build("training", settings=local_settings())
     exit_strategy = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.ALL_UPSTREAM_TASKS_COMPLETED

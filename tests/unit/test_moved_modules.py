@@ -17,8 +17,8 @@ from conductor_core._deprecated import MOVED
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = (
     "conductor_core",
-    "components",
-    "pipelines",
+    "conductor_components",
+    "conductor_pipelines",
     "conductor_pipeline_runner",
     "tests",
     "bench",

@@ -131,7 +131,7 @@ def test_the_compiled_pipeline_caches_every_task_but_its_exit_handler():
     compiled, for a cluster)."""
     import yaml
 
-    from pipelines.registry import COMPILED_DIR
+    from conductor_pipelines.registry import COMPILED_DIR
 
     path = COMPILED_DIR / "training.yaml"
     compiled = yaml.safe_load_all(path.read_text())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipelines.registry import COMPILED_DIR, NAMES
+from conductor_pipelines.registry import COMPILED_DIR, NAMES
 
 
 def _docs(name: str) -> list[dict]:

@@ -1,5 +1,5 @@
-"""``pipelines.kubernetes.expose_pod_identity`` puts the pod's name, uid and namespace and its
-Argo Workflow's name in a task's environment through the downward API, in the compiled
+"""``conductor_pipelines.kubernetes.expose_pod_identity`` puts the pod's name, uid and namespace and
+its Argo Workflow's name in a task's environment through the downward API, in the compiled
 pipeline's Kubernetes platform spec (what the KFP backend's driver turns into
 ``env[].valueFrom.fieldRef``).
 
@@ -15,7 +15,7 @@ def _platform_spec(tmp_path: Any, expose: bool) -> dict:
     import yaml
     from kfp import compiler, dsl
 
-    from pipelines.kubernetes import expose_pod_identity
+    from conductor_pipelines.kubernetes import expose_pod_identity
 
     @dsl.component(base_image="python:3.11", install_kfp_package=False)
     def launch() -> None:

@@ -1,7 +1,8 @@
 """The code sandbox's isolation in the cluster pod settings (``PodSettings.sandbox``) and what
-``pipelines.kubernetes.apply_sandbox`` renders into a compiled pipeline: the grader's fallback
-variable, the pod label and the annotation an admission policy applies (kfp-kubernetes 2.17 has
-no runtimeClassName or seccomp API). The sandbox's refusal itself: tests/unit/test_sandbox.py.
+``conductor_pipelines.kubernetes.apply_sandbox`` renders into a compiled pipeline: the grader's
+fallback variable, the pod label and the annotation an admission policy applies (kfp-kubernetes
+2.17 has no runtimeClassName or seccomp API). The sandbox's refusal itself:
+tests/unit/test_sandbox.py.
 
 No ``from __future__ import annotations`` here: kfp reads the component's annotations as types.
 """
@@ -83,7 +84,7 @@ def _executor(tmp_path: Any, pod: Any) -> dict:
     import yaml
     from kfp import compiler, dsl
 
-    from pipelines.kubernetes import apply_sandbox
+    from conductor_pipelines.kubernetes import apply_sandbox
 
     @dsl.component(base_image="python:3.11", install_kfp_package=False)
     def grade() -> None:
@@ -104,7 +105,7 @@ def _executor(tmp_path: Any, pod: Any) -> dict:
 def test_apply_sandbox_renders_the_fallback_the_label_and_the_wanted_pod_fields(
     tmp_path: Any,
 ) -> None:
-    from pipelines.kubernetes import SANDBOX_SPEC_ANNOTATION
+    from conductor_pipelines.kubernetes import SANDBOX_SPEC_ANNOTATION
 
     settings = load_cluster_settings(
         overrides={

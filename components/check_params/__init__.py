@@ -1,5 +1,0 @@
-"""The `check_params` component."""
-
-from components.check_params.component import check_params
-
-__all__ = ["check_params"]

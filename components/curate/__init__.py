@@ -1,5 +1,0 @@
-"""The `curate` component."""
-
-from components.curate.component import curate
-
-__all__ = ["curate"]

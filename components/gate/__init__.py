@@ -1,5 +1,0 @@
-"""The `gate` component."""
-
-from components.gate.component import gate
-
-__all__ = ["gate"]

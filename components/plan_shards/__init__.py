@@ -1,5 +1,0 @@
-"""The `plan_shards` component."""
-
-from components.plan_shards.component import plan_shards
-
-__all__ = ["plan_shards"]

@@ -1,5 +1,0 @@
-"""The `register` component and its GPU variant (`register-gpu`)."""
-
-from components.register.component import register, register_gpu
-
-__all__ = ["register", "register_gpu"]

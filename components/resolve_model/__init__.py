@@ -1,5 +1,0 @@
-"""The `resolve_model` component."""
-
-from components.resolve_model.component import resolve_model
-
-__all__ = ["resolve_model"]

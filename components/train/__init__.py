@@ -1,5 +1,0 @@
-"""The `train` component and its variants (`train-gpu`, `train-launcher`)."""
-
-from components.train.component import train, train_gpu, train_launcher
-
-__all__ = ["train", "train_gpu", "train_launcher"]

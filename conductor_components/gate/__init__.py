@@ -1,0 +1,5 @@
+"""The `gate` component."""
+
+from conductor_components.gate.component import gate
+
+__all__ = ["gate"]
