@@ -20,15 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
+from conductor_core.evaluate.voting import vote_key
 from conductor_core.policy.base import PlanRequest, PlanResult, PlanSource
+from conductor_core.policy.batched import PrePlanned, supports_batching
 from conductor_core.policy.fixed import FixedPlanSource, one_step
 from conductor_core.sample_streams import draw_index
-from conductor_core.solve import SolveOptions, solve
+from conductor_core.solve import SolveOptions, plan_request, solve
 from conductor_core.tasks.problem import Problem
 from conductor_core.workers.config import WorkerConfig
 from conductor_core.workers.types import CallResult, Messages
 from conductor_core.workflow.executor import WorkerCaller
 from conductor_core.workflow.model import ALL, AccessMode, Step, Workflow
+from conductor_core.workflow.prompts import worker_message
 from conductor_core.workflow.trace import SolveTrace, TraceSummary
 
 SOLVE = "Solve the question. Give your final answer in the format the question asks for."
@@ -79,8 +82,6 @@ class BareQuestionCaller:
         self.question = question
 
     def _reads_nothing(self, messages: Messages) -> bool:
-        from conductor_core.workflow.prompts import worker_message
-
         if len(messages) != 1:
             return False
         text = str(messages[0].get("content") or "")
@@ -152,9 +153,6 @@ class PlanSourceMethod:
     async def prefetch(self, items: Sequence[tuple[Problem, int]], pool_size: int) -> int:
         """Plan the first round of many (problem, sample index) pairs in one batch when the plan
         source supports it (vLLM offline batch, local transformers); returns how many."""
-        from conductor_core.policy.batched import PrePlanned, supports_batching
-        from conductor_core.solve import plan_request
-
         if not supports_batching(self.source):
             return 0
         if not isinstance(self.source, PrePlanned):
@@ -300,8 +298,6 @@ class SelfConsistencyMethod:
         self.bare_question = bare_question
 
     async def attempt(self, problem: Problem, pool: WorkerCaller, sample_index: int) -> Attempt:
-        from conductor_core.evaluate.voting import vote_key
-
         caller = BareQuestionCaller(pool, problem.question) if self.bare_question else pool
         traces = await asyncio.gather(
             *(

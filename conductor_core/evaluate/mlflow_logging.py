@@ -26,7 +26,27 @@ from typing import Any
 from conductor_core.evaluate.aggregate import OVERALL, Summary
 from conductor_core.evaluate.config import EVALUATION_EXPERIMENTS, EXPERIMENT
 from conductor_core.evaluate.records import EvalRecord
-from conductor_core.track.mlflow_run import restores_tracking_uri
+from conductor_core.track.mlflow_run import (
+    configure,
+    log_artifacts,
+    log_metrics,
+    log_params_flat,
+    log_table,
+    restores_tracking_uri,
+    start_run,
+)
+from conductor_core.track.pipeline_runs import (
+    TAG_KFP_RUN_ID,
+    TAG_METHOD,
+    TAG_PARENT,
+    TAG_PIPELINE_RUN,
+    TAG_ROLE,
+    kfp_run_ids,
+    nested_run,
+    stage_run,
+    tag_filter,
+)
+from conductor_core.track.traces import flush_traces, log_solve_trace, sample
 
 EVAL_STAGE = "aggregate"
 """The pipeline stage an evaluation logs under by default."""
@@ -155,16 +175,6 @@ def log_evaluation(
     """
     from contextlib import AbstractContextManager
 
-    from conductor_core.track.mlflow_run import (
-        log_artifacts,
-        log_metrics,
-        log_params_flat,
-        log_table,
-        start_run,
-    )
-    from conductor_core.track.pipeline_runs import TAG_METHOD, TAG_ROLE, nested_run, stage_run
-    from conductor_core.track.traces import flush_traces, log_solve_trace, sample
-
     shared = {**(params or {}), "benchmarks": ",".join(summary.benchmarks)}
     parent_params = {**shared, "methods": ", ".join(summary.methods)}
     ctx: AbstractContextManager[Any]
@@ -278,17 +288,6 @@ def compare_runs(
     every experiment, and the newest evaluations in
     :data:`~conductor_core.evaluate.config.EVALUATION_EXPERIMENTS`.
     """
-    from conductor_core.track.mlflow_run import configure
-    from conductor_core.track.pipeline_runs import (
-        TAG_KFP_RUN_ID,
-        TAG_METHOD,
-        TAG_PARENT,
-        TAG_PIPELINE_RUN,
-        TAG_ROLE,
-        kfp_run_ids,
-        tag_filter,
-    )
-
     mlflow = configure(tracking_uri)
     experiment_ids: list[str] | None = None
     if experiment is not None or not (parent_run_id or kfp_run_id):

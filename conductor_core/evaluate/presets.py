@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from conductor_core.configfiles import deep_merge
 from conductor_core.errors import ConfigError
 from conductor_core.tasks.sources.local import default_path, expand_env
 
@@ -58,8 +59,6 @@ def paper_reference() -> dict[str, dict[str, dict[str, float]]]:
 def preset_configs(name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The EvalConfig dicts of preset ``name`` (one per benchmark), ``overrides`` merged into each
     (the command line's options; ``output_dir`` gets one sub-folder per benchmark)."""
-    from conductor_core.configfiles import deep_merge
-
     if name not in PRESETS:
         raise ConfigError(f"--preset: unknown preset '{name}'; use one of {', '.join(PRESETS)}")
     setting = "unconstrained" if name == "paper-main" else "constrained"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_core.evaluate.aggregate import OVERALL, Summary, aggregate
+from conductor_core.evaluate.presets import IN_DOMAIN, paper_reference
 from conductor_core.evaluate.records import EvalRecord, dedupe
 
 
@@ -44,8 +45,6 @@ def paper_table(summary: Summary, setting: str) -> tuple[list[str], list[list[st
     """The run's accuracy beside the paper's (``resources/eval/paper_reference.yaml``) for the
     same setting: one row per (method, benchmark) the paper reports, with the difference in
     points. ``average`` and ``in_domain_average`` are means over the run's benchmarks."""
-    from conductor_core.evaluate.presets import IN_DOMAIN, paper_reference
-
     ref = paper_reference().get(setting, {})
     header = ["method", "benchmark", "run", "paper", "difference"]
     rows = []

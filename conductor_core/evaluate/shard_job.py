@@ -23,7 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conductor_core.evaluate.aggregate import OVERALL
 from conductor_core.evaluate.config import EvalConfig
+from conductor_core.evaluate.methods import PlanSourceMethod
+from conductor_core.evaluate.mlflow_logging import EVAL_STAGE, log_evaluation
+from conductor_core.evaluate.records import dedupe, read_records
+from conductor_core.evaluate.report import aggregate_report
+from conductor_core.evaluate.runner import RunConfig, run_eval
+from conductor_core.evaluate.shards import shard_by_count
+from conductor_core.evaluate.specs import build_baselines
+from conductor_core.policy.factory import load_plan_source
+from conductor_core.solve import solve_options
+from conductor_core.tasks.problem import read_problems, write_jsonl
+from conductor_core.tasks.sources import load_benchmark
+from conductor_core.workers.bundled import bundled_pool_path, bundled_problems_path
+from conductor_core.workers.config import load_pool
+from conductor_core.workers.pool import WorkerPool
 
 if TYPE_CHECKING:  # pragma: no cover
     from conductor_core.evaluate.aggregate import Summary
@@ -61,8 +76,6 @@ class ShardResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The small summary written to ``result-IofN.json``."""
-        from conductor_core.evaluate.aggregate import OVERALL
-
         overall = {}
         for m in self.summary.methods:
             s = self.summary.get(m, OVERALL)
@@ -103,11 +116,7 @@ def load_eval_problems(
     options: dict[str, Any] | None = None,
 ) -> list[Problem]:
     """``demo`` (the bundled slice), a Problem JSONL/Parquet file, or a benchmark name."""
-    from conductor_core.tasks.problem import read_problems
-
     if benchmark == "demo":
-        from conductor_core.workers.bundled import bundled_problems_path
-
         problems = read_problems(bundled_problems_path())
         wanted = split or "test"
         problems = [p for p in problems if p.metadata.get("split", "test") == wanted]
@@ -116,8 +125,6 @@ def load_eval_problems(
         if split is not None:
             problems = [p for p in problems if p.metadata.get("split", "test") == split]
     else:
-        from conductor_core.tasks.sources import load_benchmark
-
         problems = load_benchmark(benchmark, path=path, split=split, **(options or {}))
     return problems[:limit] if limit else problems
 
@@ -146,19 +153,6 @@ def run_shard(
     shard of several).
     """
     import asyncio
-
-    from conductor_core.evaluate.methods import PlanSourceMethod
-    from conductor_core.evaluate.records import dedupe, read_records
-    from conductor_core.evaluate.report import aggregate_report
-    from conductor_core.evaluate.runner import RunConfig, run_eval
-    from conductor_core.evaluate.shards import shard_by_count
-    from conductor_core.evaluate.specs import build_baselines
-    from conductor_core.policy.factory import load_plan_source
-    from conductor_core.solve import solve_options
-    from conductor_core.tasks.problem import write_jsonl
-    from conductor_core.workers.bundled import bundled_pool_path
-    from conductor_core.workers.config import load_pool
-    from conductor_core.workers.pool import WorkerPool
 
     say = log or (lambda msg: None)
     started = time.perf_counter()
@@ -256,8 +250,6 @@ def run_shard(
         new_records=max(0, len(records) - before),
     )
     if config.mlflow.enabled or parent_run_id:
-        from conductor_core.evaluate.mlflow_logging import EVAL_STAGE, log_evaluation
-
         baseline_names = {m.name for m in baselines}
         conductor_methods = {m.name for m in methods} - baseline_names
         source = config.conductor + (

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conductor_core.errors import ConductorError, ConfigError
+from conductor_core.policy.openai_policy import OpenAIPlanSource
+from conductor_core.solve import SolveOptions
+from conductor_core.workflow.model import Step, Workflow
 
 if TYPE_CHECKING:  # pragma: no cover
     from conductor_core.evaluate.methods import Method
-    from conductor_core.solve import SolveOptions
     from conductor_core.workers.config import PoolConfig
 
 ROUTER_DIR_ENV = "CONDUCTOR_ROUTER_DIR"
@@ -38,8 +40,6 @@ class _Build:
 
     def bounded(self, max_steps: int = 5) -> SolveOptions:
         """Solve options of a baseline with its own plan length: the shared budget only."""
-        from conductor_core.solve import SolveOptions
-
         return SolveOptions(max_steps=max_steps, answer_fallback=True, budget=self.options.budget)
 
 
@@ -80,8 +80,8 @@ def _worker_arg(spec: str, arg: str, ctx: _Build, example: str) -> tuple[int, li
 
 
 def _single(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod, single_worker
-    from conductor_core.solve import SolveOptions
 
     args = _ints(arg.split(":"), spec) if arg else []
     ids = [_check_worker(args[0], ctx.pool, spec)] if args else range(len(ctx.pool))
@@ -96,6 +96,7 @@ def _single(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _moa(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod, mixture_of_agents
 
     args = _ints(arg.split(":"), spec) if arg else []
@@ -106,6 +107,7 @@ def _moa(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _sc(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import SelfConsistencyMethod
 
     w, rest = _worker_arg(spec, arg, ctx, "sc:0:5")
@@ -114,6 +116,7 @@ def _sc(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _reflect(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod, self_reflection
 
     w, rest = _worker_arg(spec, arg, ctx, "reflect:0:4")
@@ -123,6 +126,7 @@ def _reflect(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _random(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod, RandomPlanSource
 
     args = _ints(arg.split(":"), spec) if arg else []
@@ -131,8 +135,8 @@ def _random(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _frontier(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod
-    from conductor_core.policy.openai_policy import OpenAIPlanSource
 
     w, _ = _worker_arg(spec, arg, ctx, "frontier:0")
     worker = ctx.pool.workers[w]
@@ -153,6 +157,7 @@ def _frontier(spec: str, arg: str, ctx: _Build) -> list[Method]:
 def _smoothie(spec: str, arg: str, ctx: _Build) -> list[Method]:
     if arg:
         raise ConductorError(f"baseline '{spec}': smoothie takes no argument")
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.routers.smoothie import SmoothieMethod
 
     return [SmoothieMethod(range(len(ctx.pool)), ctx.encoder, options=ctx.bounded())]
@@ -177,10 +182,12 @@ def _trained_router(kind: str, spec: str, arg: str, ctx: _Build):
     path = _router_dir(kind, arg, spec, ctx.router_dirs)
     try:
         if kind == "routerdc":
+            # lazy: conductor --help imports this module; the methods stack adds ~150 ms
             from conductor_core.evaluate.routers.routerdc import RouterDC
 
             router = RouterDC(path, ctx.encoder)
         else:
+            # lazy: conductor --help imports this module; the methods stack adds ~150 ms
             from conductor_core.evaluate.routers.masrouter import MASRouter
 
             router = MASRouter(path, ctx.encoder)
@@ -195,9 +202,9 @@ def _trained_router(kind: str, spec: str, arg: str, ctx: _Build):
 
 
 def _routerdc(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import SOLVE, PlanSourceMethod
     from conductor_core.evaluate.routers.base import RoutedPlanSource
-    from conductor_core.workflow.model import Step, Workflow
 
     path, router = _trained_router("routerdc", spec, arg, ctx)
 
@@ -215,6 +222,7 @@ def _routerdc(spec: str, arg: str, ctx: _Build) -> list[Method]:
 
 
 def _masrouter(spec: str, arg: str, ctx: _Build) -> list[Method]:
+    # lazy: conductor --help imports this module; the methods stack adds ~150 ms
     from conductor_core.evaluate.methods import PlanSourceMethod
     from conductor_core.evaluate.routers.base import RoutedPlanSource
 
@@ -348,8 +356,6 @@ def build_baselines(
     ``routerdc``/``masrouter`` to trained router folders for specs without a DIR. An unknown
     kind raises :class:`ConductorError` listing :func:`baseline_help`.
     """
-    from conductor_core.solve import SolveOptions
-
     ctx = _Build(
         pool=pool,
         options=options or SolveOptions(answer_fallback=True),

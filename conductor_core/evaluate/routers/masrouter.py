@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conductor_core.evaluate.methods import SOLVE
+from conductor_core.evaluate.methods import SOLVE, PlanSourceMethod
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.evaluate.routers.base import (
     correctness_table,
@@ -54,7 +54,10 @@ from conductor_core.evaluate.routers.base import (
     torch_threads,
 )
 from conductor_core.evaluate.routers.encoder import SentenceEncoder, get_encoder
+from conductor_core.evaluate.runner import RunConfig, evaluate_one
+from conductor_core.policy.fixed import FixedPlanSource
 from conductor_core.tasks.problem import Problem
+from conductor_core.workers.pool import WorkerPool
 from conductor_core.workflow.model import ALL, Step, Workflow
 
 MODES: tuple[str, ...] = ("single", "chain", "debate")
@@ -358,11 +361,6 @@ def pool_executor(pool: Any, *, concurrency: int = 32) -> Iterator[PlanExecutor]
     infrastructure retries); one worker pool and event loop serve every call until the ``with``
     block ends."""
     import asyncio
-
-    from conductor_core.evaluate.methods import PlanSourceMethod
-    from conductor_core.evaluate.runner import RunConfig, evaluate_one
-    from conductor_core.policy.fixed import FixedPlanSource
-    from conductor_core.workers.pool import WorkerPool
 
     run_config = RunConfig(keep_traces=False, progress=False, batch_planning=False)
     with asyncio.Runner() as runner:

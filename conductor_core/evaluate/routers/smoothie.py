@@ -39,8 +39,9 @@ from conductor_core.evaluate.methods import (
 )
 from conductor_core.evaluate.records import EvalRecord
 from conductor_core.evaluate.routers.encoder import SentenceEncoder, get_encoder
+from conductor_core.evaluate.voting import vote_key
 from conductor_core.solve import SolveOptions, solve
-from conductor_core.tasks.problem import Problem
+from conductor_core.tasks.problem import Domain, Problem
 from conductor_core.workflow.executor import WorkerCaller
 from conductor_core.workflow.trace import TraceSummary
 
@@ -77,9 +78,6 @@ def answer_view(problem: Problem, output: str) -> str:
     """The part of ``output`` that Smoothie embeds in ``answer`` mode: the final answer as the
     voting key extracts it (math, mcq, code); for free-form answers the first line, without a
     leading "The final answer is"."""
-    from conductor_core.evaluate.voting import vote_key
-    from conductor_core.tasks.problem import Domain
-
     if problem.domain is Domain.FREEFORM:
         lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
         first = lines[0] if lines else ""
