@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError
+from conductor_core.track.mlflow_run import log_artifacts, log_metrics, store_missing
+from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri
+from conductor_core.track.pipeline_runs import (
+    PIPELINE_EXPERIMENT,
+    close_pipeline_run,
+    pipeline_run,
+    stage_run,
+)
 from conductor_core.track.storage import is_s3, join
+from conductor_core.workers.bundled import bundled_train_pool_path
 
 TRAINING_PIPELINE = "conductor-training"
 ARTIFACT_ROOT_ENV = "CONDUCTOR_ARTIFACT_ROOT"
@@ -61,7 +70,6 @@ def parent_run(run_id: str, pipeline: str, tracking_uri: str | None = None) -> s
     step finds it by the KFP run id). None without a run id (a step called on its own)."""
     if not run_id:
         return None
-    from conductor_core.track.pipeline_runs import PIPELINE_EXPERIMENT, pipeline_run
 
     return pipeline_run(pipeline, run_id, experiment=PIPELINE_EXPERIMENT, tracking_uri=tracking_uri)
 
@@ -103,10 +111,6 @@ def close_parent_run(
     ``KILLED``, anything else ``FAILED``; its runs still RUNNING (a task whose pod
     was killed) end the same way. Returns the MLflow status, or None when no task of the run
     opened a parent run (nothing is created: a run stopped by its parameter check)."""
-    from conductor_core.track.mlflow_run import store_missing
-    from conductor_core.track.mlflow_run import tracking_uri as default_tracking_uri
-    from conductor_core.track.pipeline_runs import close_pipeline_run
-
     status = mlflow_status(state)
     uri = tracking_uri or default_tracking_uri()
     closed = None if store_missing(uri) else close_pipeline_run(run_id, status, tracking_uri=uri)
@@ -133,8 +137,6 @@ def log_stage(
     parent = parent_run(run_id, pipeline, tracking_uri)
     if parent is None:
         return
-    from conductor_core.track.mlflow_run import log_artifacts, log_metrics
-    from conductor_core.track.pipeline_runs import stage_run
 
     with stage_run(parent, stage, params=params, tracking_uri=tracking_uri):
         if metrics:
@@ -147,7 +149,5 @@ def pool_path(pool: str | None) -> str:
     """The pool YAML a pipeline uses: ``bundled`` (or empty) is the simulated pool that goes with
     the bundled training problems, for training and evaluation alike."""
     if pool in (None, "", "bundled"):
-        from conductor_core.workers.bundled import bundled_train_pool_path
-
         return str(bundled_train_pool_path())
     return pool

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from conductor_core.data.config import CurationConfig, ExpectationsConfig, load_config
+from conductor_core.data.curation import curate
+from conductor_core.data.expectations import validate
+from conductor_core.data.report import render_html, render_markdown
 from conductor_core.errors import ConductorError, ConfigError
 from conductor_core.pipeline_steps.context import TRAINING_PIPELINE, Log, log_stage, print_line
+from conductor_core.tasks.problem import read_problems
 
 
 def curate_step(
@@ -21,9 +26,6 @@ def curate_step(
     """Curate a dataset (``config``: a curation YAML or a bundled name such as ``pipeline``)
     into ``out_dir``; returns the curation stats. Raises on a failed expectation (nothing is
     written). With a ``run_id`` the counts go to the ``curate`` run of the pipeline run."""
-    from conductor_core.data.config import load_config
-    from conductor_core.data.curation import curate
-
     result = curate(load_config(config), out_dir=out_dir, progress=False)
     stats = result.stats
     log(
@@ -67,11 +69,6 @@ def validate_step(
 
     Returns ``{"problems", "checks", "passed", "reason"}``; ``reason`` is the one line a failed
     gate raises (empty when the data passed)."""
-    from conductor_core.data.config import CurationConfig
-    from conductor_core.data.expectations import validate
-    from conductor_core.data.report import render_html, render_markdown
-    from conductor_core.tasks.problem import read_problems
-
     folder = Path(dataset_dir)
     missing = [n for n in ("train.parquet", "validation.parquet") if not (folder / n).is_file()]
     if missing:
@@ -83,8 +80,6 @@ def validate_step(
         data = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
         expectations = CurationConfig.model_validate(data).expectations
     if expectations is None:
-        from conductor_core.data.config import ExpectationsConfig
-
         expectations = ExpectationsConfig()
     problems = read_problems(folder / "train.parquet") + read_problems(
         folder / "validation.parquet"

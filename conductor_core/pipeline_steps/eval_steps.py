@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError
+from conductor_core.evaluate.aggregate import OVERALL
+from conductor_core.evaluate.config import parse_eval_config
+from conductor_core.evaluate.mlflow_logging import log_evaluation
+from conductor_core.evaluate.records import read_record_sources
+from conductor_core.evaluate.report import aggregate_report
+from conductor_core.evaluate.shard_job import run_shard
 from conductor_core.pipeline_steps.context import (
     TRAINING_PIPELINE,
     Log,
@@ -19,6 +25,9 @@ from conductor_core.pipeline_steps.context import (
     print_line,
 )
 from conductor_core.pipeline_steps.manifest import local_weights, read_manifest
+from conductor_core.pipeline_steps.params import profile_placement
+from conductor_core.track.registry import resolve_model_uri
+from conductor_core.workers.bundled import bundled_train_problems_path
 
 CONDUCTOR_METHOD = "conductor"
 """The trained Conductor's method name in records, reports and MLflow."""
@@ -49,9 +58,6 @@ def eval_shard_step(
     """Evaluate one shard: the trained Conductor (``model_manifest``) or another plan source
     (``conductor``: a model URI, folder or URL), and the baselines; records and the shard's
     report go to ``out_dir``. Resumable (the records file is the checkpoint)."""
-    from conductor_core.evaluate.config import parse_eval_config
-    from conductor_core.evaluate.shard_job import run_shard
-
     source = conductor
     if model_manifest:
         source = str(local_weights(read_manifest(model_manifest)))
@@ -80,8 +86,6 @@ def eval_shard_step(
 def _benchmark_path(benchmark: str) -> str:
     """``held-out`` names the bundled training problems file (its ``test`` split is held out)."""
     if benchmark == "held-out":
-        from conductor_core.workers.bundled import bundled_train_problems_path
-
         return str(bundled_train_problems_path())
     return benchmark
 
@@ -104,16 +108,11 @@ def aggregate_step(
     of records aggregated. With a ``run_id`` the evaluation goes to the pipeline run's ``evaluate``
     run, with one nested run per method (the same metric names in each, for MLflow's compare
     view); ``params`` (pool, profile, model version, ...) go on each."""
-    from conductor_core.evaluate.records import read_record_sources
-    from conductor_core.evaluate.report import aggregate_report
-
     report = aggregate_report(read_record_sources(shard_dirs), out_dir, title=title)
     table = comparison(report.summary)
     (Path(out_dir) / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
     parent = parent_run(run_id, pipeline, tracking_uri)
     if parent is not None:
-        from conductor_core.evaluate.mlflow_logging import log_evaluation
-
         log_evaluation(
             report.summary,
             report.records,
@@ -141,8 +140,6 @@ def comparison(summary: Any) -> dict[str, Any]:
     "cost_per_question", "tokens_per_question"}, ...], "conductor_ahead": bool | None}``;
     ``conductor_ahead`` compares the Conductor's accuracy with the best single worker's.
     """
-    from conductor_core.evaluate.aggregate import OVERALL
-
     overall = {m: summary.get(m, OVERALL) for m in summary.methods}
     singles = [m for m in overall if m.startswith("single:")]
     best_single = max(singles, key=lambda m: overall[m].accuracy) if singles else None
@@ -213,8 +210,6 @@ def resolve_conductor_step(
     (``models:/NAME@ALIAS``) becomes the version it points at now (``models:/NAME/VERSION``);
     anything else is returned as it is. The evaluation pipeline runs this uncached, before its
     cached shards, so that a moved alias is evaluated afresh rather than answered from cache."""
-    from conductor_core.track.registry import resolve_model_uri
-
     resolved = resolve_model_uri(conductor, tracking_uri=tracking_uri) if conductor else ""
     if resolved != conductor:
         log(f"{conductor} is {resolved}")
@@ -228,8 +223,6 @@ def evaluation_target(
     (:func:`resolve_conductor_step`) and the placement of the profile its model was trained
     with (``cpu`` or ``gpu``: :func:`~conductor_core.pipeline_steps.params.profile_placement`),
     so that a GPU profile's model is evaluated on GPU pods, as the training pipeline does."""
-    from conductor_core.pipeline_steps.params import profile_placement
-
     placement = profile_placement(profile)  # an unknown profile stops before the registry
     return resolve_conductor_step(conductor, tracking_uri=tracking_uri, log=log), placement
 

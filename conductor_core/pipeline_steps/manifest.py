@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conductor_core.errors import ConfigError
+from conductor_core.pipeline_steps.context import WORKDIR_ENV, local_workdir
+from conductor_core.track import registry
 
 MANIFEST_VERSION = 1
 
@@ -81,11 +83,8 @@ def local_weights(manifest: ModelManifest, cache_dir: str | Path | None = None) 
     import hashlib
     import os
 
-    from conductor_core.pipeline_steps.context import WORKDIR_ENV, local_workdir
-    from conductor_core.track.registry import load_model_dir
-
     remote = not Path(manifest.weights_uri).is_dir()
     if cache_dir is None and remote and os.environ.get(WORKDIR_ENV):
         digest = hashlib.sha256(manifest.weights_uri.encode()).hexdigest()[:16]
         cache_dir = Path(local_workdir("models")) / f"model-{digest}"
-    return load_model_dir(manifest.weights_uri, cache_dir)
+    return registry.load_model_dir(manifest.weights_uri, cache_dir)

@@ -13,8 +13,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from conductor_core.errors import ConfigError
+from conductor_core.cluster.launcher import ClusterError, load_api_client, resolve_namespace
+from conductor_core.cluster.runtime import check_runtime
+from conductor_core.cluster.settings import (
+    ARTIFACT_ROOT_ENV,
+    S3_CREDENTIAL_ENVS,
+    ClusterSettings,
+    shared_path_of,
+)
+from conductor_core.data.config import load_config
+from conductor_core.errors import ConductorError, ConfigError
+from conductor_core.evaluate.specs import build_baselines
+from conductor_core.pipeline_steps.context import DEFAULT_ARTIFACT_ROOT, pool_path
+from conductor_core.tasks.sandbox import isolation_report
+from conductor_core.tasks.sources import INFO
+from conductor_core.track.storage import is_s3, split_s3
 from conductor_core.train.config import PROFILES, STAGES, build_config
+from conductor_core.workers.config import load_pool
 
 Placement = Literal["cpu", "gpu"]
 """Where a profile's model trains, is evaluated and is registered when ``launcher=pod``:
@@ -132,8 +147,6 @@ def check_training_params(
 def grades_code(curation_config: str, eval_benchmark: str) -> bool:
     """Whether a run grades generated code: a code benchmark among the sources of its curation
     config, or as its evaluation set. (A problem file's domains are not read here.)"""
-    from conductor_core.data.config import load_config
-    from conductor_core.tasks.sources import INFO
 
     def is_code(name: str | None) -> bool:
         return name in INFO and INFO[name].domain == "code"
@@ -149,8 +162,6 @@ def grades_code(curation_config: str, eval_benchmark: str) -> bool:
 
 def _sandbox_problems() -> list[str]:
     """The code sandbox's isolation check in this pod: why it would refuse generated code."""
-    from conductor_core.tasks.sandbox import isolation_report
-
     try:
         report = isolation_report()
     except ConfigError as exc:
@@ -163,10 +174,6 @@ def _sandbox_problems() -> list[str]:
 def _runtime_problems(reference: str, namespace: str, log: Callable[[str], None]) -> list[str]:
     """:func:`~conductor_core.cluster.runtime.check_runtime` from this pod: its problem (also
     when no Kubernetes API is reachable: a TrainJob needs one), its warning logged."""
-    from conductor_core.cluster.launcher import ClusterError, load_api_client, resolve_namespace
-    from conductor_core.cluster.runtime import check_runtime
-    from conductor_core.cluster.settings import ClusterSettings
-
     try:
         api = load_api_client()
     except ClusterError as exc:
@@ -201,14 +208,6 @@ def check_artifact_root(
     container-credentials role), and ``launcher=trainjob`` needs ``s3://`` (its nodes hand the
     model on through S3).
     """
-    from conductor_core.cluster.settings import (
-        ARTIFACT_ROOT_ENV,
-        S3_CREDENTIAL_ENVS,
-        shared_path_of,
-    )
-    from conductor_core.pipeline_steps.context import DEFAULT_ARTIFACT_ROOT
-    from conductor_core.track.storage import is_s3, split_s3
-
     env = os.environ if environ is None else environ
     if root:
         chosen, said = root, repr(root)
@@ -265,7 +264,6 @@ def check_profile_pool(profile: str, pool: str) -> list[str]:
     first training task."""
     if profile not in PROFILES:
         return []
-    from conductor_core.pipeline_steps.context import pool_path
 
     for stage in STAGES:
         try:
@@ -286,11 +284,6 @@ def check_profile_pool(profile: str, pool: str) -> list[str]:
 
 
 def _check_pool_and_baselines(pool: str, baselines: str) -> list[str]:
-    from conductor_core.errors import ConductorError
-    from conductor_core.evaluate.specs import build_baselines
-    from conductor_core.pipeline_steps.context import pool_path
-    from conductor_core.workers.config import load_pool
-
     try:
         pool_config = load_pool(pool_path(pool))
     except ConductorError as exc:
@@ -303,8 +296,6 @@ def _check_pool_and_baselines(pool: str, baselines: str) -> list[str]:
 
 
 def _check_curation(config: str) -> list[str]:
-    from conductor_core.data.config import load_config
-
     try:
         load_config(config)
     except ConfigError as exc:

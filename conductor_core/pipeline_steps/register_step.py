@@ -9,6 +9,16 @@ from typing import Any
 from conductor_core.errors import ConductorError
 from conductor_core.pipeline_steps.context import TRAINING_PIPELINE, Log, log_stage, print_line
 from conductor_core.pipeline_steps.manifest import local_weights, read_manifest
+from conductor_core.track.lineage import (
+    TAG_DATASET_DIGEST,
+    TAG_TRAINING_PROFILE,
+    TAG_TRAINING_RUN,
+    TAG_TRAINING_STAGE,
+    run_lineage,
+    set_version_tags,
+)
+from conductor_core.track.pipeline_runs import TAG_GIT_COMMIT, TAG_KFP_RUN_ID, git_commit
+from conductor_core.track.registry import promote_if_better
 
 
 def register_step(
@@ -32,8 +42,6 @@ def register_step(
     tagged with its lineage (:func:`version_lineage`). Returns
     ``{"promoted", "version", "score", "champion_score", "reason"}``.
     """
-    from conductor_core.track.registry import promote_if_better
-
     table = json.loads(Path(comparison_file).read_text(encoding="utf-8"))
     row = next((r for r in table["rows"] if r["label"] == "trained Conductor"), None)
     if row is None or metric not in row:
@@ -52,7 +60,6 @@ def register_step(
         run_id=manifest.run_id,
         uri=tracking_uri,
     )
-    from conductor_core.track.lineage import set_version_tags
 
     set_version_tags(
         name, decision["version"], version_lineage(manifest, run_id, tracking_uri), uri=tracking_uri
@@ -81,15 +88,6 @@ def version_lineage(manifest: Any, kfp_run_id: str, tracking_uri: str | None) ->
     ``conductor.dataset_digest`` (the manifest's, else the training run's param and dataset
     input), ``conductor.training_stage`` and ``conductor.training_run_id``. Unknown ones are left
     out."""
-    from conductor_core.track.lineage import (
-        TAG_DATASET_DIGEST,
-        TAG_TRAINING_PROFILE,
-        TAG_TRAINING_RUN,
-        TAG_TRAINING_STAGE,
-        run_lineage,
-    )
-    from conductor_core.track.pipeline_runs import TAG_GIT_COMMIT, TAG_KFP_RUN_ID, git_commit
-
     run: dict[str, str] = {}
     if manifest.run_id:
         try:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conductor_core.errors import ConfigError
+from conductor_core.cluster import launcher as trainjob_launcher
+from conductor_core.cluster.settings import ClusterSettings, load_cluster_settings
+from conductor_core.cluster.trainjob import TrainJobRequest
+from conductor_core.configfiles import deep_merge
+from conductor_core.errors import ConfigError, format_validation_error
 from conductor_core.pipeline_steps.context import (
     TRAINING_PIPELINE,
     Log,
@@ -16,7 +20,11 @@ from conductor_core.pipeline_steps.context import (
     run_folder,
 )
 from conductor_core.pipeline_steps.manifest import ModelManifest, local_weights, read_manifest
-from conductor_core.track.storage import is_s3, join
+from conductor_core.tasks.problem import read_problems
+from conductor_core.track.storage import Storage, is_s3, join
+from conductor_core.train.config import build_config
+from conductor_core.train.data import problems_digest
+from conductor_core.train.grpo import run_stage
 
 
 def train_config(
@@ -39,9 +47,6 @@ def train_config(
 ) -> Any:
     """The :class:`~conductor_core.train.config.StageConfig` of one pipeline training step
     (``steps``, ``warmup_steps``: 0 keeps the profile's; ``seed``: None keeps the profile's)."""
-    from conductor_core.configfiles import deep_merge
-    from conductor_core.train.config import build_config
-
     dataset = str(dataset_dir)
     problems = (
         str(Path(dataset) / "train.parquet")
@@ -151,7 +156,6 @@ def train_step(
         checkpoint_dir=checkpoint_dir,
         model_uri=model_uri,
     )
-    from conductor_core.train.grpo import run_stage
 
     log(f"{stage}: {config.steps} steps of the {config.profile or 'default'} profile -> {target}")
     result = run_stage(config, progress=progress, log=log)
@@ -182,10 +186,6 @@ def _train_in_trainjob(
 ) -> ModelManifest:
     """Run the stage as a TrainJob (built from the cluster ``settings``) whose nodes read the
     dataset and the starting weights from S3 and write checkpoints and the final model there."""
-    from conductor_core.cluster.launcher import launch_and_wait
-    from conductor_core.cluster.trainjob import TrainJobRequest
-    from conductor_core.track.storage import Storage
-
     # The nodes read the dataset from S3: upload this task's copy next to the stage's outputs.
     digest = _dataset_digest(common["dataset_dir"])
     data_uri = join(target, "data")
@@ -202,7 +202,7 @@ def _train_in_trainjob(
     request = TrainJobRequest(
         run_id=run_id, task_id=task_id, stage=config.stage, stage_config=config.to_yaml()
     )
-    outcome = launch_and_wait(request, settings, log=log)
+    outcome = trainjob_launcher.launch_and_wait(request, settings, log=log)
     manifest = ModelManifest(
         weights_uri=join(target, "model"),
         stage=config.stage,
@@ -220,9 +220,6 @@ def _train_in_trainjob(
 def _dataset_digest(dataset_dir: str | Path) -> str | None:
     """The content digest of the dataset's ``train.parquet`` (what the TrainJob's stage run
     records as its dataset input), or None when there is no such local file."""
-    from conductor_core.tasks.problem import read_problems
-    from conductor_core.train.data import problems_digest
-
     path = Path(dataset_dir) / "train.parquet"
     return problems_digest(read_problems(path)) if path.is_file() else None
 
@@ -234,9 +231,6 @@ def _cluster_settings(value: str | dict[str, Any] | None) -> Any:
     import json
 
     from pydantic import ValidationError
-
-    from conductor_core.cluster.settings import ClusterSettings, load_cluster_settings
-    from conductor_core.errors import format_validation_error
 
     if not value:
         return load_cluster_settings()
