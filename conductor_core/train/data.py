@@ -21,7 +21,9 @@ from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PreviousRound
 from conductor_core.solve import SolveOptions, plan_request
 from conductor_core.tasks.problem import Problem
+from conductor_core.track.lineage import content_digest
 from conductor_core.train.config import StageConfig
+from conductor_core.workflow.executor import UNLIMITED, Budget
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.prompts import PromptStyle, plan_messages
 
@@ -38,8 +40,6 @@ def stage_options(
     """The solve options of ``config``'s stage: its prompt style, step limit, access mode and
     budget, offering ``offered`` (None: the whole pool), with ``descriptions`` (indexed by the
     ids the prompt shows) in descriptor mode (``data.descriptors``)."""
-    from conductor_core.workflow.executor import UNLIMITED, Budget
-
     reward = config.reward
     budget = (
         Budget(max_tokens=reward.max_tokens_per_plan, deadline_s=reward.deadline_s)
@@ -197,8 +197,6 @@ def problems_digest(problems: Iterable[Problem]) -> str:
     """The content digest of a problem file's problems (one per id, in file order): the same
     problems give the same digest whatever file format, path or run they come from (see
     :func:`conductor_core.track.lineage.content_digest`)."""
-    from conductor_core.track.lineage import content_digest
-
     unique = {p.id: p for p in problems}
     return content_digest(p.model_dump(mode="json") for p in unique.values())
 

@@ -42,6 +42,7 @@ from conductor_core.sample_streams import expert_start_index
 from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import offered_subset, shown_workers, stage_prompt
+from conductor_core.train.recursion_start import recursion_expert_examples
 from conductor_core.train.reward import stage_reward
 from conductor_core.train.warmup import WARMUP_SUBTASKS, encode_example, train_supervised
 from conductor_core.workers.config import PoolConfig
@@ -247,8 +248,6 @@ def run_expert_start(
     start = time.perf_counter()
     count = spec.steps * spec.batch_size
     if config.stage == "recursive":
-        from conductor_core.train.recursion_start import recursion_expert_examples
-
         examples = recursion_expert_examples(
             model,
             tokenizer,

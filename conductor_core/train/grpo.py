@@ -24,10 +24,31 @@ from pathlib import Path
 from typing import Any
 
 from conductor_core.errors import ConfigError, require
-from conductor_core.train import ranks
-from conductor_core.train.config import StageConfig
+from conductor_core.policy.base import PreviousRound
+from conductor_core.policy.pretrained import resolve_model_path
+from conductor_core.policy.tiny import build_tiny_conductor, default_corpus, is_tiny_dir
+from conductor_core.sample_streams import draw_index, training_index
+from conductor_core.simulation.problem_bank import known_problems
+from conductor_core.tasks.problem import read_problems
+from conductor_core.track.registry import load_model_dir
+from conductor_core.track.storage import Storage, is_s3, local_target, split_s3
+from conductor_core.train import checkpoints, ranks
+from conductor_core.train.adapters import lora_adapters
+from conductor_core.train.config import StageConfig, flatten
+from conductor_core.train.data import (
+    build_dataset,
+    id_range,
+    problems_digest,
+    select_problems,
+    stage_prompt,
+)
+from conductor_core.train.expert_start import run_expert_start
+from conductor_core.train.exploration import routing_exploration
 from conductor_core.train.reward import ConductorReward, ScoredBatch, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
+from conductor_core.train.warmup import run_warmup, synthetic_plan
+from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
+from conductor_core.workers.config import load_pool
 from conductor_core.workflow.prompts import save_prompt_spec
 
 SUMMARY_FILE = "summary.json"
@@ -64,19 +85,10 @@ def load_inputs(config: StageConfig):
     The pool's simulated workers know the problems of ``data.bank`` when set, else those of the
     training problems file (their ``simulation.problems`` is replaced).
     """
-    from conductor_core.simulation.problem_bank import known_problems
-    from conductor_core.tasks.problem import read_problems
-    from conductor_core.track.storage import is_s3, split_s3
-    from conductor_core.train.data import select_problems
-    from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
-    from conductor_core.workers.config import load_pool
-
     spec = config.data
     problems_path = bundled_train_problems_path() if spec.problems == "bundled" else spec.problems
     if is_s3(str(problems_path)):
         # A job on another machine (a TrainJob node) reads the dataset its launcher uploaded.
-        from conductor_core.track.storage import Storage, local_target
-
         bucket, key = split_s3(str(problems_path))
         local = local_target(config.output_path() / "data", key.rsplit("/", 1)[-1])
         if not local.is_file():
@@ -116,11 +128,6 @@ def tiny_corpus(problems, pool_size: int, config: StageConfig) -> list[str]:
     """Tokenizer corpus for a tiny model: the default corpus plus this stage's prompts and plans."""
     from random import Random
 
-    from conductor_core.policy.base import PreviousRound
-    from conductor_core.policy.tiny import default_corpus
-    from conductor_core.train.data import stage_prompt
-    from conductor_core.train.warmup import synthetic_plan
-
     rng = Random(config.seed)
     texts = default_corpus(seed=config.seed)
     for p in list(problems)[:400]:
@@ -139,8 +146,6 @@ def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
     ``smollm2-135m-instruct`` (its converted folder), or a model id."""
     if config.init_from:
         if config.init_from.startswith(("s3://", "models:/", "runs:/")):
-            from conductor_core.track.registry import load_model_dir
-
             return str(load_model_dir(config.init_from, config.output_path() / "init-from"))
         path = Path(config.init_from).expanduser()
         if not (path / "config.json").is_file():
@@ -150,8 +155,6 @@ def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
             )
         return str(path)
     if config.model.path == "tiny":
-        from conductor_core.policy.tiny import build_tiny_conductor, is_tiny_dir
-
         out = config.output_path() / INIT_DIR
         if not is_tiny_dir(out):
             t = config.model.tiny
@@ -166,7 +169,6 @@ def initial_model_dir(config: StageConfig, problems, pool_size: int) -> str:
                 corpus=tiny_corpus(problems, pool_size, config),
             )
         return str(out)
-    from conductor_core.policy.pretrained import resolve_model_path
 
     # `smollm2-135m-instruct`: the bundled model's folder (converted once, then cached).
     return resolve_model_path(config.model.path)
@@ -236,8 +238,6 @@ def prepare_model(
         return load_model(str(expert), config, device)
     model, tokenizer = _warmed_up(config, problems, len(pool.workers), device, log, descriptions)
     if config.expert_start.enabled:
-        from conductor_core.train.expert_start import run_expert_start
-
         steps = config.expert_start.steps
         what = (
             "on the better of keeping and a new plan"
@@ -302,8 +302,6 @@ def _warmed_up(
         return load_model(str(warm), config, device)
     model, tokenizer = load_model(path, config, device)
     if config.warmup.enabled:
-        from conductor_core.train.warmup import run_warmup
-
         spec = config.warmup
         what = "own plans under the plan grammar" if spec.targets == "own" else "synthetic plans"
         log(f"warm-up: {spec.steps} steps of supervised format training on {what}")
@@ -468,8 +466,6 @@ def grpo_args(config: StageConfig, checkpoint_dir: Path, device: str, progress: 
 
 def peft_config(config: StageConfig):
     """A PEFT LoRA config when ``lora.enabled``, else None."""
-    from conductor_core.train.adapters import lora_adapters
-
     return lora_adapters(config.lora) if config.lora.enabled else None
 
 
@@ -487,8 +483,6 @@ def make_callbacks(
     questions and its first ``tracking.sample_plans`` plans.
     """
     from transformers import TrainerCallback
-
-    from conductor_core.train import checkpoints
 
     sample_n = config.tracking.sample_plans
     remote = config.checkpoint_uri() if checkpoints.is_s3(config.checkpoint_uri()) else None
@@ -594,8 +588,6 @@ def build_trainer(
         SampleIndexError: the last step's plans do not fit the training stream of sample
             indices (:mod:`conductor_core.sample_streams`): refused now, not at that step.
     """
-    from conductor_core.sample_streams import draw_index, training_index
-
     rows, executions = config.completions_per_step, reward.executions
     draw_index(training_index(config.steps - 1, rows, rows - 1), executions, executions - 1)
     require("trl", "train", "GRPO training")
@@ -610,6 +602,7 @@ def build_trainer(
     }
     if config.stage == "recursive":
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # before TRL's trainer is imported
+        # lazy: trainers imports torch, transformers and trl at its top (about 10 s)
         from conductor_core.train.trainers import RecursiveGRPOTrainer
 
         return RecursiveGRPOTrainer(
@@ -618,6 +611,7 @@ def build_trainer(
             first_round_discount=config.recursive.first_round_discount,
             round2_grammar=config.recursive.round2_grammar,
         )
+    # lazy: trainers imports torch, transformers and trl at its top (about 10 s)
     from conductor_core.train.trainers import OfferedGRPOTrainer
 
     return OfferedGRPOTrainer(**kwargs, plan_grammar=config.generation.plan_grammar)
@@ -627,9 +621,6 @@ def log_training_dataset(config: StageConfig, tracker: Tracker, by_id, trained: 
     """Log the problems file the stage trains on as the run's MLflow dataset input (context
     ``training``: its source and content digest, with the counts as the input's tags); returns
     the digest. A tracker without ``log_dataset`` only gets the digest computed."""
-    from conductor_core.train.data import problems_digest
-    from conductor_core.workers.bundled import bundled_train_problems_path
-
     spec = config.data
     source = str(bundled_train_problems_path() if spec.problems == "bundled" else spec.problems)
     digest = problems_digest(by_id.values())
@@ -667,10 +658,6 @@ def run_stage(
     than 0 track nothing (``tracker`` is replaced by a :class:`NoopTracker`), write no outputs
     and log one line at the end; their result's ``run_id`` is None.
     """
-    from conductor_core.train import checkpoints
-    from conductor_core.train.data import build_dataset, id_range
-    from conductor_core.train.exploration import routing_exploration
-
     launch = ranks.current()
     main = launch.is_main
     tell = log or _quiet
@@ -840,8 +827,6 @@ def _save_outputs(
         config.data.descriptors,
     )
     if config.model_uri:
-        from conductor_core.track.storage import Storage
-
         say(f"model: copying to {config.model_uri}")
         Storage().upload_dir(model_dir, config.model_uri)
 
@@ -865,6 +850,4 @@ def summarize_history(history: list[dict[str, float]], window: int = 5) -> dict[
 
 
 def _flat_pool(pool: Any) -> dict[str, Any]:
-    from conductor_core.train.config import flatten
-
     return flatten({"workers": {str(i): w for i, w in enumerate(pool.public_dict()["workers"])}})

@@ -57,6 +57,7 @@ from conductor_core.tasks.problem import Problem
 from conductor_core.train.config import StageConfig
 from conductor_core.train.data import stage_options
 from conductor_core.workers.config import PoolConfig
+from conductor_core.workers.pool import WorkerPool
 from conductor_core.workflow.errors import FormatErrorCode
 from conductor_core.workflow.trace import TraceSummary
 
@@ -386,8 +387,6 @@ class ConductorReward:
             if self._pool_factory is not None:
                 self._pool = self._pool_factory()
             else:
-                from conductor_core.workers.pool import WorkerPool
-
                 self._pool = WorkerPool(self.pool_config)
             self._pool_loop = loop
         return self._pool

@@ -26,7 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from conductor_core.track.mlflow_run import mlflow_module
+from conductor_core.track.pipeline_runs import TAG_STAGE, find_nested_run, stage_run
 from conductor_core.track.run_tracker import RunTracker
+from conductor_core.track.storage import Storage, is_s3, split_s3
+from conductor_core.train.checkpoints import find_resume_point
 
 RUN_FILE = "mlflow_run.json"
 """File in the stage's output dir recording the MLflow run (``run_id``, ``tracking_uri``)."""
@@ -140,8 +144,6 @@ def _parse_record(text: str, where: str, tracking_uri: str) -> str | None:
 def read_run_file(path: str | Path, tracking_uri: str) -> str | None:
     """The run id recorded at ``path`` (a local file or ``s3://`` key) if it was tracked at
     ``tracking_uri``, else None (also when the record is missing or unreadable)."""
-    from conductor_core.track.storage import Storage, is_s3, split_s3
-
     if is_s3(str(path)):
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -163,8 +165,6 @@ def read_run_file(path: str | Path, tracking_uri: str) -> str | None:
 def write_run_file(path: str | Path, run_id: str, tracking_uri: str, experiment: str) -> None:
     """Record the run (``run_id``, ``tracking_uri``, ``experiment``) at ``path`` (a local file,
     written atomically, or an ``s3://`` key)."""
-    from conductor_core.track.storage import Storage, is_s3, split_s3
-
     record = {"run_id": run_id, "tracking_uri": tracking_uri, "experiment": experiment}
     text = json.dumps(record, indent=2) + "\n"
     if is_s3(str(path)):
@@ -234,14 +234,10 @@ class MlflowTracker(RunTracker):
     @property
     def mlflow(self) -> Any:
         """The ``mlflow`` module (imported on first use)."""
-        from conductor_core.track.mlflow_run import mlflow_module
-
         return mlflow_module()
 
     def _start_stage_run(self, parent_run_id: str) -> None:
         """Open (or re-open) the nested run of :attr:`stage` under ``parent_run_id``."""
-        from conductor_core.track.pipeline_runs import TAG_STAGE, find_nested_run, stage_run
-
         existing = find_nested_run(
             parent_run_id, {TAG_STAGE: self.stage}, tracking_uri=self.tracking_uri
         )
@@ -284,8 +280,6 @@ class MlflowTracker(RunTracker):
 
 def has_checkpoint(config: Any) -> bool:
     """True when :func:`~conductor_core.train.grpo.run_stage` will resume ``config``'s stage."""
-    from conductor_core.train.checkpoints import find_resume_point
-
     return find_resume_point(config).exists
 
 
@@ -298,8 +292,6 @@ def make_tracker(config: Any, *, resume: bool | None = None) -> Tracker:
     ``tracking.parent_run_id`` it logs into the pipeline run's nested run named after
     ``config.stage`` instead.
     """
-    from conductor_core.train.checkpoints import is_s3
-
     spec = config.tracking
     if spec.backend == "none":
         return NoopTracker()

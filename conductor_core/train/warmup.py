@@ -26,13 +26,17 @@ from typing import Any
 
 from conductor_core.errors import ConfigError, require
 from conductor_core.policy.base import PlanRequest, PlanResult, PreviousRound
+from conductor_core.policy.local import TransformersPlanSource
 from conductor_core.simulation.answers import hedge_answer, render_answer
 from conductor_core.simulation.problem_bank import ProblemBank
+from conductor_core.solve import plan_request
 from conductor_core.tasks.problem import Problem
+from conductor_core.train.adapters import lora_adapters
 from conductor_core.train.config import ExpertStartSpec, StageConfig, WarmupSpec
 from conductor_core.train.data import (
     offered_subset,
     shown_workers,
+    stage_options,
     stage_prompt,
 )
 from conductor_core.workflow.model import (
@@ -43,7 +47,7 @@ from conductor_core.workflow.model import (
     Workflow,
     offered_ids,
 )
-from conductor_core.workflow.prompts import PROMPT_VERSION
+from conductor_core.workflow.prompts import PROMPT_VERSION, plan_messages
 
 KEEP_PLAN = "model_id = []\nsubtasks = []\naccess_list = []"
 """Three empty lists: keep the previous answer (recursion rounds)."""
@@ -183,8 +187,6 @@ def greedy_plans(
 ) -> list[PlanResult]:
     """The plan ``model`` writes greedily for each request (unaided), through the library's local
     plan source (one batched ``generate``), asked as the stage asks."""
-    from conductor_core.policy.local import TransformersPlanSource
-
     source = TransformersPlanSource.from_loaded(
         model,
         tokenizer,
@@ -264,11 +266,6 @@ def own_plan_texts(
     Imitating them moves the model towards its own distribution restricted to the grammar:
     the format is taught, and which workers, subtasks and access lists it writes stay its own.
     """
-    from conductor_core.policy.local import TransformersPlanSource
-    from conductor_core.solve import plan_request
-    from conductor_core.train.data import stage_options
-    from conductor_core.workflow.prompts import plan_messages
-
     rng = Random(seed)
     choices = list(problems)
     requests = []
@@ -355,8 +352,6 @@ def run_warmup(
     encoded = [encode_example(tokenizer, m, p, prompt_loss=spec.prompt_loss) for m, p in examples]
     trained = model
     if spec.lora:
-        from conductor_core.train.adapters import lora_adapters
-
         peft = require("peft", "train", "a LoRA warm-up")
         trained = peft.get_peft_model(model, lora_adapters(config.lora))
     stats = train_supervised(trained, tokenizer, encoded, spec, seed=config.seed, on_step=on_step)
