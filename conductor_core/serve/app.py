@@ -62,7 +62,7 @@ def create_app(
     closed at shutdown. ``app.state.serving`` and ``app.state.metrics`` are exposed for tests.
     """
     fastapi = require("fastapi", extra="serve", purpose="the Conductor gateway")
-    # imported once fastapi is known to be there (the `serve` extra): this module imports without
+    # lazy: openapi and routes import fastapi (the `serve` extra), known present only from here
     from conductor_core.serve import openapi, routes
 
     config = config or GatewayConfig()

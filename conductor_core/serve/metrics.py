@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from conductor_core import __version__
 from conductor_core.errors import require
 from conductor_core.workers.types import ErrorKind
 from conductor_core.workflow.trace import SolveTrace
@@ -145,8 +146,6 @@ class GatewayMetrics:
     def set_build_info(self, model: str, model_version: str | None = None) -> None:
         """Publish ``build_info``: this package's version, the served ``model`` and its
         ``model_version`` (None: ``unknown``)."""
-        from conductor_core import __version__
-
         self.build_info.clear()
         self.build_info.labels(
             version=__version__, model=model, model_version=model_version or UNKNOWN_VERSION

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from conductor_core import __version__
 from conductor_core.errors import require
 
 __all__ = ["DEFAULT_SERVICE_NAME", "GatewayTracing", "tracing_requested"]
@@ -120,7 +121,6 @@ class GatewayTracing:
     def __init__(self, provider: Any, *, owned: bool = False) -> None:
         self.provider = provider
         self.owned = owned
-        from conductor_core import __version__
 
         self.tracer = provider.get_tracer("conductor_core", __version__)
 
@@ -205,8 +205,6 @@ def gateway_resource() -> Any:
     ``OTEL_RESOURCE_ATTRIBUTES``), with ``service.name`` ``conductor-gateway`` when it names no
     service and ``service.version`` the package's version when it gives none."""
     from opentelemetry.sdk.resources import Resource
-
-    from conductor_core import __version__
 
     detected = Resource.create()
     defaults: dict[str, str] = {}
