@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
+from conductor_core.tasks import grading
 from conductor_core.tasks.grading import WRONG_REWARD
 from conductor_core.tasks.problem import Problem
 from conductor_core.workflow.trace import SolveTrace, TraceSummary
@@ -53,8 +54,6 @@ async def grade(
     """Grade a solved question's answer for ``problem`` (no grading after a format error, a plan
     failure or an infrastructure failure of the first round run: those decide the reward alone,
     whatever answer an earlier round left)."""
-    from conductor_core.tasks import grading
-
     if isinstance(summary, SolveTrace):
         summary = TraceSummary.from_trace(summary)
     out = Outcome(**summary.model_dump(), domain=str(problem.domain))
