@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from conductor_core.api import load_pool_config
 from conductor_core.workflow.model import AccessMode
 from conductor_core.workflow.prompts import PromptStyle
 
@@ -81,8 +82,6 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def load_pool(pool_path: Path | None, problems_path: Path | None):
     """The pool config (the bundled simulated pool by default); ``--problems`` replaces the
     problems its simulated workers know (:func:`conductor_core.api.load_pool_config`)."""
-    from conductor_core.api import load_pool_config
-
     return load_pool_config(pool_path, problems_path)
 
 
@@ -90,6 +89,7 @@ def make_plan_source(
     spec: str, model: str | None, key_env: str | None, *, plan_grammar: bool = True
 ):
     """Build the plan source named by ``--conductor`` (``--plan-grammar`` for local models)."""
+    # lazy: conductor --help imports every command module; this adds ~8 ms
     from conductor_core.policy.factory import load_plan_source
 
     return load_plan_source(spec, model=model, api_key_env=key_env, plan_grammar=plan_grammar)

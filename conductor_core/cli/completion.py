@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import click
 
+from conductor_core.cli import cli
+
 SHELLS = ("bash", "zsh", "fish")
 PROG_NAME = "conductor"
 COMPLETE_VAR = "_CONDUCTOR_COMPLETE"
@@ -22,8 +24,6 @@ COMPLETE_VAR = "_CONDUCTOR_COMPLETE"
 def completion_script(shell: str) -> str:
     """The completion script of ``conductor`` for ``shell`` (bash, zsh or fish)."""
     from click.shell_completion import get_completion_class
-
-    from conductor_core.cli import cli
 
     cls = get_completion_class(shell)
     if cls is None:  # pragma: no cover (SHELLS are click's own)

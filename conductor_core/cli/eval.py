@@ -9,8 +9,17 @@ import click
 
 from conductor_core.cli._common import conductor_options
 from conductor_core.cli.options import FORMAT_JSON, RenamedOptionsCommand
-from conductor_core.evaluate.config import EVALUATION_EXPERIMENTS
+from conductor_core.errors import ConfigError
+from conductor_core.evaluate.config import (
+    EVALUATION_EXPERIMENTS,
+    load_eval_config,
+    parse_eval_config,
+)
+from conductor_core.evaluate.shards import parse_shard_spec
 from conductor_core.evaluate.specs import baseline_forms, baseline_help
+from conductor_core.tasks.problem import read_problems
+from conductor_core.workers.bundled import bundled_pool_path
+from conductor_core.workers.config import load_pool
 
 # Made from the registry of baselines (evaluate/specs.py), so the help names every one it accepts;
 # "\b" keeps click from re-wrapping the table.
@@ -51,8 +60,6 @@ _FIELDS = {
 def config_overrides(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
     """The EvalConfig fields set by the options given on the command line (not by defaults)."""
     from click.core import ParameterSource
-
-    from conductor_core.evaluate.shards import parse_shard_spec
 
     def given(name: str) -> bool:
         source = ctx.get_parameter_source(name)
@@ -143,7 +150,7 @@ def run_cmd(
     **options: Any,
 ) -> None:
     """Plan, execute and grade every problem of a shard; write records and a report."""
-    from conductor_core.evaluate.config import load_eval_config, parse_eval_config
+    # lazy: conductor --help imports every command module; this adds ~123 ms
     from conductor_core.evaluate.shard_job import run_shard
 
     overrides = config_overrides(ctx, options)
@@ -167,7 +174,7 @@ def run_cmd(
 
 
 def _run_preset(name, overrides, progress, print_config, parent_run) -> None:
-    from conductor_core.evaluate.config import parse_eval_config
+    # lazy: conductor --help imports every command module; this adds ~123 ms
     from conductor_core.evaluate.presets import preset_configs, preset_setting
     from conductor_core.evaluate.records import read_record_sources
     from conductor_core.evaluate.report import aggregate_report
@@ -223,6 +230,7 @@ def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
     """Merge the records of several shards into one report. RECORDS are records files or shard
     output folders (their records-*.jsonl); a record repeated (same method, problem and repeat)
     counts once, the last one."""
+    # lazy: conductor --help imports every command module; this adds ~53 ms
     from conductor_core.evaluate.records import read_record_sources
     from conductor_core.evaluate.report import aggregate_report
 
@@ -233,6 +241,7 @@ def aggregate_cmd(records, out_dir, title, use_mlflow, parent_run) -> None:
     _print_summary(report.summary)
     click.echo(f"report: {report.paths['markdown']} and {report.paths['html']}")
     if use_mlflow or parent_run:
+        # lazy: conductor --help imports every command module; this adds ~42 ms
         from conductor_core.evaluate.mlflow_logging import log_evaluation
 
         logged = log_evaluation(
@@ -278,12 +287,9 @@ def fit_router_cmd(
     records of `single` (every worker alone) hold, e.g. `eval run --baselines single` on a
     training split; or (masrouter --executed) on executed outcomes. Then evaluate it with
     `--baselines KIND:OUT`."""
-    from conductor_core.errors import ConfigError
+    # lazy: conductor --help imports every command module; this adds ~43 ms
     from conductor_core.evaluate.records import read_records
     from conductor_core.evaluate.routers.base import single_methods
-    from conductor_core.tasks.problem import read_problems
-    from conductor_core.workers.bundled import bundled_pool_path
-    from conductor_core.workers.config import load_pool
 
     if kind != "masrouter" and (executed or epochs or samples):
         raise ConfigError("--executed, --epochs and --samples are options of masrouter")
@@ -303,6 +309,7 @@ def fit_router_cmd(
     click.echo(f"training {kind} on {len(problems)} questions, {len(recs)} records ...", err=True)
     args = (recs, problems, out_dir)
     if kind == "routerdc":
+        # lazy: conductor --help imports every command module; this adds ~43 ms
         from conductor_core.evaluate.routers.routerdc import fit_routerdc
 
         folder = fit_routerdc(*args, worker_methods=methods, encoder=encoder)
@@ -310,6 +317,7 @@ def fit_router_cmd(
         from contextlib import nullcontext
         from dataclasses import replace
 
+        # lazy: conductor --help imports every command module; this adds ~94 ms
         from conductor_core.evaluate.routers.masrouter import (
             MASRouterConfig,
             fit_masrouter,
@@ -368,6 +376,7 @@ def compare_cmd(experiment, parent_run, kfp_run_id, tracking_uri, as_json, max_r
     newest evaluations, whether run on their own or by a pipeline."""
     import json
 
+    # lazy: conductor --help imports every command module; this adds ~42 ms
     from conductor_core.evaluate.mlflow_logging import compare_runs
 
     if parent_run and kfp_run_id:
@@ -423,6 +432,7 @@ def _print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: conductor --help imports every command module; this adds ~53 ms
     from conductor_core.evaluate.report import accuracy_table, cost_table
 
     console = Console()

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from conductor_core.errors import ConductorError
+from conductor_core.tasks.problem import read_problems
 
 
 class AnswerFileError(ConductorError):
@@ -41,6 +42,7 @@ def read_answers(path: str | Path) -> dict[str, str | None]:
 
 
 async def _grade_all(problems: list, answers: dict[str, str | None], concurrency: int) -> list:
+    # lazy: conductor --help imports every command module; this adds ~32 ms
     from conductor_core.tasks.grading import agrade
 
     sem = asyncio.Semaphore(concurrency)
@@ -56,8 +58,6 @@ def grade_files(
     problems_path: str | Path, answers_path: str | Path, *, concurrency: int = 4
 ) -> dict[str, Any]:
     """Grade an answers file against a problems file; return results, summary and mismatches."""
-    from conductor_core.tasks.problem import read_problems
-
     problems = read_problems(problems_path)
     answers = read_answers(answers_path)
     known = {p.id for p in problems}

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import click
 
+from conductor_core.workflow.model import AccessMode
+from conductor_core.workflow.parser import try_parse_plan
+
 
 class InputError(click.ClickException):
     """The input file cannot be read (one clear line, exit code 2)."""
@@ -80,9 +83,6 @@ def command(
 
     Prints {"error": {"code": ..., "message": ...}} and exits 1 when the plan is invalid.
     """
-    from conductor_core.workflow.model import AccessMode
-    from conductor_core.workflow.parser import try_parse_plan
-
     text = _read_input(file)
     workflow, error = try_parse_plan(
         text,

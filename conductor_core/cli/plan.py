@@ -14,7 +14,7 @@ from conductor_core.cli._common import (
     load_pool,
     make_plan_source,
 )
-from conductor_core.solve import solve_options
+from conductor_core.solve import plan_request, solve_options
 
 
 @click.command("plan")
@@ -35,8 +35,6 @@ def command(
     sample_index: int,
 ) -> None:
     """Print the Conductor's raw output and the parsed plan (or its format error) as JSON."""
-    from conductor_core.solve import plan_request
-
     config = load_pool(pool_path, problems_path)
     source = make_plan_source(
         conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar

@@ -13,6 +13,10 @@ from typing import Any
 import click
 
 from conductor_core.cli._common import conductor_options, load_pool, make_plan_source
+from conductor_core.configfiles import read_yaml_file
+from conductor_core.errors import ConfigError, format_validation_error, require
+from conductor_core.serve.config import GatewayConfig
+from conductor_core.serve.logs import configure_json_logging
 
 
 def gateway_config(
@@ -24,10 +28,6 @@ def gateway_config(
         ConfigError: the file is missing or invalid, or a value is out of range (naming it).
     """
     from pydantic import ValidationError
-
-    from conductor_core.configfiles import read_yaml_file
-    from conductor_core.errors import ConfigError, format_validation_error
-    from conductor_core.serve.config import GatewayConfig
 
     data: dict[str, Any] = {}
     if config_path is not None:
@@ -192,10 +192,9 @@ def command(
     log_level: str,
 ) -> None:
     """Serve the Conductor as an OpenAI-compatible API at http://HOST:PORT/v1."""
-    from conductor_core.errors import require
+    # lazy: conductor --help imports every command module; this adds ~169 ms (httpx, rich)
     from conductor_core.serve.app import create_app
     from conductor_core.serve.auth import load_api_keys
-    from conductor_core.serve.logs import configure_json_logging
     from conductor_core.serve.server import uvicorn_options
 
     ctx = click.get_current_context()

@@ -8,6 +8,9 @@ from typing import Any
 import click
 
 from conductor_core.errors import ConfigError
+from conductor_core.simulation.problem_bank import known_problems
+from conductor_core.workers.bundled import bundled_pool_path
+from conductor_core.workers.config import load_pool, parse_pool
 
 
 @click.group("simulate")
@@ -45,10 +48,8 @@ def serve_command(
     pool_path: str | None, problems_path: str | None, host: str, port: int, hang_s: float
 ) -> None:
     """Serve the pool's simulated workers at http://HOST:PORT/v1 (one model per worker)."""
-    from conductor_core.simulation.problem_bank import known_problems
+    # lazy: conductor --help imports every command module; this adds ~38 ms
     from conductor_core.simulation.server import serve
-    from conductor_core.workers.bundled import bundled_pool_path
-    from conductor_core.workers.config import load_pool
 
     pool = load_pool(pool_path or bundled_pool_path())
     if problems_path is not None:
@@ -76,9 +77,6 @@ def serve_command(
 )
 def pool_for_endpoint_command(url: str, out_path: str, pool_path: str | None) -> None:
     """Write a pool whose workers are the simulator's models reached through provider 'openai'."""
-    from conductor_core.workers.bundled import bundled_pool_path
-    from conductor_core.workers.config import load_pool
-
     endpoint = normalise_endpoint(url)
     models = fetch_models(endpoint)
     reference = load_pool(pool_path or bundled_pool_path())
@@ -141,8 +139,6 @@ def pool_for_models(endpoint: str, models: list[str], reference: Any) -> dict[st
 def write_pool_yaml(data: dict[str, Any], path: Path) -> None:
     """Validate ``data`` as a pool and write it as YAML."""
     import yaml
-
-    from conductor_core.workers.config import parse_pool
 
     parse_pool(data, origin="generated pool")
     path.parent.mkdir(parents=True, exist_ok=True)

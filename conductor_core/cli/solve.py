@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from conductor_core.api import Conductor  # what the Python API runs (docs/python.md)
 from conductor_core.cli._common import conductor_options
 
 
@@ -47,8 +48,6 @@ def command(
     as_json: bool,
 ) -> None:
     """Plan, run and answer QUESTION on a worker pool."""
-    from conductor_core.api import Conductor  # what the Python API runs (docs/python.md)
-
     conductor_ = Conductor(
         conductor,
         pool_path,

@@ -11,7 +11,10 @@ from typing import Any
 
 import click
 
+from conductor_core.api import train_config  # what the Python API's train() resolves
 from conductor_core.cli.options import OUTPUT_DIR, RenamedOptionsCommand
+from conductor_core.configfiles import parse_sets
+from conductor_core.train import ranks
 from conductor_core.train.config import PROFILES
 
 
@@ -63,9 +66,6 @@ def command(
     print_config: bool,
 ) -> None:
     """Resolve the config, run the stage, print a summary."""
-    from conductor_core.api import train_config  # what the Python API's train() resolves
-    from conductor_core.configfiles import parse_sets
-
     config = train_config(
         stage,
         config=config_path,
@@ -80,8 +80,6 @@ def command(
         return
     from rich.console import Console
 
-    from conductor_core.train import ranks
-
     console = Console(stderr=True)
     launch = ranks.current()
     if launch.is_main:
@@ -91,6 +89,7 @@ def command(
             f"steps={config.steps} batch={config.questions_per_step}x{config.plans_per_question}"
             f"{processes} -> {config.output_path()}"
         )
+    # lazy: conductor --help imports every command module; this adds ~110 ms
     from conductor_core.train.grpo import run_stage
 
     result = run_stage(config, progress=not no_progress, log=lambda m: console.print(m))

@@ -222,7 +222,8 @@ def captured(monkeypatch) -> list[dict]:
         raise _Stop
 
     monkeypatch.setattr("conductor_core.policy.factory.load_plan_source", fake)
-    monkeypatch.setattr("conductor_core.serve.logs.configure_json_logging", lambda *a, **k: None)
+    monkeypatch.setattr("conductor_core.evaluate.shard_job.load_plan_source", fake)
+    monkeypatch.setattr("conductor_core.cli.serve.configure_json_logging", lambda *a, **k: None)
     return calls
 
 
