@@ -31,11 +31,11 @@ response cache.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conductor_core import sample_streams, telemetry
+from conductor_core._deprecated import moved_name
 from conductor_core.policy.base import (
     PlanRequest,
     PlanResult,
@@ -51,22 +51,11 @@ from conductor_core.workflow.parser import check_offered
 from conductor_core.workflow.prompts import PromptStyle
 from conductor_core.workflow.trace import RoundTrace, SolveTrace
 
-_MOVED = {"ROUND_STRIDE": "ROUND_STRIDE", "round_sample_index": "round_index"}
-"""Names that moved to :mod:`conductor_core.sample_streams` (issue 47): old name -> new name."""
-
 
 def __getattr__(name: str) -> Any:
-    """The names of :data:`_MOVED`, for one release, with a ``DeprecationWarning``."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    new = _MOVED[name]
-    warnings.warn(
-        f"conductor_core.solve.{name} moved to conductor_core.sample_streams.{new}: import it "
-        "from there; the old name goes in the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(sample_streams, new)
+    """The names that moved to :mod:`conductor_core.sample_streams` (issue 47), for one release,
+    with a ``DeprecationWarning`` (:data:`conductor_core._deprecated.MOVED_NAMES`)."""
+    return moved_name(__name__, name)
 
 
 @dataclass(frozen=True)

@@ -217,8 +217,9 @@ def test_an_evaluation_seed_the_stream_cannot_hold_is_refused_before_it_runs():
 def test_the_old_names_in_solve_still_work_with_a_warning():
     import conductor_core.solve as solve
 
-    with pytest.warns(DeprecationWarning, match="moved to conductor_core.sample_streams"):
+    with pytest.warns(DeprecationWarning, match="moved to conductor_core.sample_streams") as w:
         assert solve.ROUND_STRIDE == ss.ROUND_STRIDE
+    assert w[0].filename == __file__  # the line that asked for the old name
     with pytest.warns(DeprecationWarning, match="sample_streams.round_index"):
         assert solve.round_sample_index(3, 1) == ss.round_index(3, 1)
     with pytest.raises(AttributeError):
