@@ -44,7 +44,7 @@ from conductor_core.train.data import (
 )
 from conductor_core.train.expert_start import run_expert_start
 from conductor_core.train.exploration import routing_exploration
-from conductor_core.train.reward import ConductorReward, ScoredBatch, Truncation, stage_reward
+from conductor_core.train.reward import ConductorReward, Truncation, stage_reward
 from conductor_core.train.stage_tracker import NoopTracker, Tracker, make_tracker
 from conductor_core.train.warmup import run_warmup, synthetic_plan
 from conductor_core.workers.bundled import bundled_train_pool_path, bundled_train_problems_path
@@ -475,84 +475,36 @@ def make_callbacks(
     history: list[dict[str, float]],
     samples: list[dict[str, Any]],
 ):
-    """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync.
+    """Trainer callbacks: metrics to the tracker and history, sample plans, S3 checkpoint sync
+    (:mod:`~conductor_core.train.callbacks`)."""
+    # lazy: callbacks imports transformers at its top
+    from conductor_core.train.callbacks import S3CheckpointSync, TrackingCallback
 
-    The tracking callback gets each batch the stage's reward scored from the trainer
-    (``on_batch_scored``, :mod:`~conductor_core.train.trainers`) and logs the latest with each of
-    TRL's logs: its metrics (``conductor/*``, where TRL's logs do not have them already), its
-    questions and its first ``tracking.sample_plans`` plans.
-    """
-    from transformers import TrainerCallback
-
-    sample_n = config.tracking.sample_plans
     remote = config.checkpoint_uri() if checkpoints.is_s3(config.checkpoint_uri()) else None
     if not ranks.is_main_process():
         remote = None  # the trainer saves checkpoints on rank 0; rank 0 uploads them
-
-    class _Track(TrainerCallback):
-        scored: ScoredBatch | None = None  # the latest batch the trainer handed on
-
-        def on_batch_scored(self, args, state, control, scored=None, **kwargs):
-            self.scored = scored
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs:
-                return
-            metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-            step = int(state.global_step)
-            scored = self.scored
-            for name, value in (scored.metrics if scored else {}).items():
-                metrics.setdefault(f"conductor/{name}", value)
-            tracker.log_metrics(metrics, step)
-            ids = list(scored.problem_ids) if scored else []
-            history.append(
-                {"step": float(step), **metrics, "problem_ids": ids[:: config.plans_per_question]}
-            )
-            plans = zip(scored.texts, scored.outcomes, strict=True) if scored else ()
-            for text, outcome in list(plans)[:sample_n]:
-                samples.append(
-                    {
-                        "step": step,
-                        "domain": outcome.domain,
-                        "plan": text,
-                        "reward": outcome.reward,
-                        "format_error": outcome.format_error_code,
-                        "workers": json.dumps(outcome.workers),
-                    }
-                )
-
-    class _SyncS3(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            name = f"checkpoint-{state.global_step}"
-            local = Path(args.output_dir) / name
-            if local.is_dir():
-                checkpoints.upload_dir(local, f"{remote.rstrip('/')}/{name}")
-
-    callbacks: list[Any] = [_Track()]
+    callbacks: list[Any] = [
+        TrackingCallback(
+            tracker,
+            history,
+            samples,
+            plans_per_question=config.plans_per_question,
+            sample_plans=config.tracking.sample_plans,
+        )
+    ]
     if remote:
-        callbacks.append(_SyncS3())
+        callbacks.append(S3CheckpointSync(remote))
     return callbacks
 
 
 def reference_from_checkpoint(trainer: Any) -> Any:
-    """A callback for a resumed run with ``ref_sync_steps``: before its first step the KL reference
-    becomes the checkpoint's policy (the reference a run that had not stopped would hold, exactly
-    when the checkpoint's step is a multiple of ``ref_sync_steps``), not the starting model that
-    TRL loads it from."""
-    from transformers import TrainerCallback
-    from trl.trainer.callbacks import SyncRefModelCallback
+    """A callback for a resumed run with ``ref_sync_steps`` that makes the KL reference the
+    checkpoint's policy before the first step
+    (:class:`~conductor_core.train.callbacks.ReferenceFromCheckpoint`)."""
+    # lazy: callbacks imports transformers at its top
+    from conductor_core.train.callbacks import ReferenceFromCheckpoint
 
-    class _ReferenceFromCheckpoint(TrainerCallback):
-        done = False
-
-        def on_step_begin(self, args, state, control, model=None, **kwargs):
-            if self.done or trainer.ref_model is None:
-                return
-            self.done = True  # after the checkpoint's weights are loaded, whatever the backend
-            policy = trainer.accelerator.unwrap_model(model or trainer.model)
-            SyncRefModelCallback.sync_target_model(policy, trainer.ref_model, 1.0)
-
-    return _ReferenceFromCheckpoint()
+    return ReferenceFromCheckpoint(trainer)
 
 
 def stop_reward_loop(trainer: Any) -> None:

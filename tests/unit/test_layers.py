@@ -332,3 +332,15 @@ def test_component_modules_import_only_kfp_when_imported() -> None:
                     rel = path.relative_to(ROOT)
                     offenders.append(f"{rel}:{node.lineno}: imports {name} (import it in the body)")
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_class_of_train_is_built_inside_a_function() -> None:
+    """Trainers and callbacks live at module level, where a reader finds them by name (issue 47)."""
+    found = []
+    for path in sorted((ROOT / PACKAGE / "train").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = [n.name for n in ast.walk(node) if isinstance(n, ast.ClassDef)]
+                found += [f"{path.relative_to(ROOT)}: {node.name} builds {c}" for c in inner]
+    assert not found, found
