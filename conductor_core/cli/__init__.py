@@ -1,8 +1,10 @@
 """The ``conductor`` command.
 
 Each subcommand lives in its own module of this package and exposes a click command named
-``command``; modules are imported only when their subcommand runs, so ``conductor --help`` stays
-fast and a missing optional dependency only affects the subcommand that needs it. Commands of
+``command``; modules are imported only when their subcommand runs or shows its help (``conductor
+--help`` takes each one-line help from :data:`SUBCOMMANDS`), so the command starts fast and a
+missing optional dependency only affects the subcommand that needs it. Shell completion of the
+command names loads them all. Commands of
 other installed packages join through the ``conductor.commands`` entry-point group (the
 ``pipeline`` command of ``conductor_pipeline_runner``), so this library never imports them.
 """
@@ -48,11 +50,31 @@ def _plugins() -> dict[str, object]:
 
 
 class LazyGroup(click.Group):
-    """A click group that imports a subcommand's module only when it is invoked."""
+    """A click group that imports a subcommand's module only when it is invoked (or its own
+    help is asked for): ``conductor --help`` lists this package's commands with their help from
+    :data:`SUBCOMMANDS`, importing none of them."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         own = {name for name, (mod, _) in SUBCOMMANDS.items() if _module_exists(mod)}
         return sorted(own | set(_plugins()))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The "Commands" section of ``--help``: this package's from :data:`SUBCOMMANDS`
+        (click's own loads every command for its help line), other packages' loaded."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in SUBCOMMANDS:
+                rows.append((name, SUBCOMMANDS[name][1]))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in SUBCOMMANDS:

@@ -145,3 +145,21 @@ def test_every_command_spells_json_and_out_one_way() -> None:
                 if opt == "--json":
                     assert getattr(param, "is_flag", False), path
     assert {"--json", "--out"} <= set(seen)
+
+
+def test_top_level_help_lists_the_commands_without_importing_them(monkeypatch) -> None:
+    from conductor_core.cli import SUBCOMMANDS, LazyGroup
+
+    loaded: list[str] = []
+    real = LazyGroup.get_command
+
+    def recording(self, ctx, name):
+        loaded.append(name)
+        return real(self, ctx, name)
+
+    monkeypatch.setattr(LazyGroup, "get_command", recording)
+    result = _run(["--help"])
+    assert result.exit_code == 0
+    for name, (_, short_help) in SUBCOMMANDS.items():
+        assert f"{name}  " in result.output and short_help in result.output
+    assert not set(loaded) & set(SUBCOMMANDS)  # only other packages' commands are loaded
