@@ -76,10 +76,15 @@ def extra_plan(name: str, question: str, roles: Roles, second: dict[str, int]) -
 def main(argv: list[str] | None = None) -> int:
     """Print the table; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--persistence", type=float, default=None)
+    ap.add_argument(
+        "--persistence",
+        type=float,
+        default=None,
+        help="Every worker's simulation.workflow.error_persistence (default: the pool's).",
+    )
     ap.add_argument("--split", default="validation", choices=("train", "validation", "test"))
-    ap.add_argument("--questions", type=int, default=120)
-    ap.add_argument("--draws", type=int, default=300)
+    ap.add_argument("--questions", type=int, default=120, help="The split's first N questions.")
+    ap.add_argument("--draws", type=int, default=300, help="Simulated runs per plan and question.")
     args = ap.parse_args(argv)
 
     from conductor_core.simulation.workflow_eval import plan_success
