@@ -4,24 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.data.curation import (
-    STAT_EXAMPLES,
-    CurationFailed,
-    CurationResult,
-    counts,
-    curate,
-    failed_report_paths,
-    removal_stats,
-)
-
-__all__ = [
-    "STAT_EXAMPLES",
-    "CurationFailed",
-    "CurationResult",
-    "counts",
-    "curate",
-    "failed_report_paths",
-    "removal_stats",
-]
+from conductor_core.data.curation import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

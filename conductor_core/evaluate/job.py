@@ -4,8 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.evaluate.shard_job import ShardResult, load_eval_problems, run_shard
-
-__all__ = ["ShardResult", "load_eval_problems", "run_shard"]
+from conductor_core.evaluate.shard_job import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

@@ -4,30 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.pipeline_steps.eval_steps import (
-    CONDUCTOR_METHOD,
-    aggregate_step,
-    comparison,
-    comparison_markdown,
-    eval_shard_step,
-    evaluation_target,
-    inline_images,
-    resolve_conductor_step,
-    shard_specs,
-    summary_markdown,
-)
-
-__all__ = [
-    "CONDUCTOR_METHOD",
-    "aggregate_step",
-    "comparison",
-    "comparison_markdown",
-    "eval_shard_step",
-    "evaluation_target",
-    "inline_images",
-    "resolve_conductor_step",
-    "shard_specs",
-    "summary_markdown",
-]
+from conductor_core.pipeline_steps.eval_steps import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

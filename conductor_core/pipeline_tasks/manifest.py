@@ -4,13 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.pipeline_steps.manifest import (
-    MANIFEST_VERSION,
-    ModelManifest,
-    local_weights,
-    read_manifest,
-)
-
-__all__ = ["MANIFEST_VERSION", "ModelManifest", "local_weights", "read_manifest"]
+from conductor_core.pipeline_steps.manifest import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

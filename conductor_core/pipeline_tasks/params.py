@@ -4,26 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.pipeline_steps.params import (
-    LAUNCHERS,
-    METRICS,
-    Placement,
-    check_artifact_root,
-    check_profile_pool,
-    check_training_params,
-    grades_code,
-    profile_placement,
-)
-
-__all__ = [
-    "LAUNCHERS",
-    "METRICS",
-    "Placement",
-    "check_artifact_root",
-    "check_profile_pool",
-    "check_training_params",
-    "grades_code",
-    "profile_placement",
-]
+from conductor_core.pipeline_steps.params import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

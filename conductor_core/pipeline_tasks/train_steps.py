@@ -4,8 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.pipeline_steps.train_steps import train_config, train_step
-
-__all__ = ["train_config", "train_step"]
+from conductor_core.pipeline_steps.train_steps import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

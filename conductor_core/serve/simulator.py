@@ -4,22 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.simulation.server import (
-    MALFORMED_BODY,
-    SimulatorState,
-    create_app,
-    running_app,
-    running_simulator,
-    serve,
-)
-
-__all__ = [
-    "MALFORMED_BODY",
-    "SimulatorState",
-    "create_app",
-    "running_app",
-    "running_simulator",
-    "serve",
-]
+from conductor_core.simulation.server import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

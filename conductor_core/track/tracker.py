@@ -4,8 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.track.run_tracker import RunTracker
-
-__all__ = ["RunTracker"]
+from conductor_core.track.run_tracker import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

@@ -4,22 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.simulation.problem_bank import (
-    ProblemBank,
-    bank_for,
-    clear_bank_cache,
-    known_problem,
-    known_problems,
-    normalize_text,
-)
-
-__all__ = [
-    "ProblemBank",
-    "bank_for",
-    "clear_bank_cache",
-    "known_problem",
-    "known_problems",
-    "normalize_text",
-]
+from conductor_core.simulation.problem_bank import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

@@ -4,24 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.simulation.provider import (
-    FAILURE_KINDS,
-    STREAM_CHUNKS,
-    ParsedMessage,
-    SimulatedProvider,
-    VisibleStep,
-    parse_worker_message,
-    stream_pieces,
-)
-
-__all__ = [
-    "FAILURE_KINDS",
-    "STREAM_CHUNKS",
-    "ParsedMessage",
-    "SimulatedProvider",
-    "VisibleStep",
-    "parse_worker_message",
-    "stream_pieces",
-]
+from conductor_core.simulation.provider import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

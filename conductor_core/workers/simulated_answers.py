@@ -4,24 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.simulation.answers import (
-    HEDGES,
-    broken_code,
-    generic_answer,
-    hedge_answer,
-    is_right_text,
-    render_answer,
-    wrong_math,
-)
-
-__all__ = [
-    "HEDGES",
-    "broken_code",
-    "generic_answer",
-    "hedge_answer",
-    "is_right_text",
-    "render_answer",
-    "wrong_math",
-]
+from conductor_core.simulation.answers import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

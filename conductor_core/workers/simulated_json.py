@@ -4,8 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.simulation.json_answers import json_answer, value_for_schema
-
-__all__ = ["json_answer", "value_for_schema"]
+from conductor_core.simulation.json_answers import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)

@@ -4,14 +4,6 @@ This alias re-exports its public names and warns when imported; it goes in the n
 """
 
 from conductor_core._deprecated import warn_moved
-from conductor_core.tasks.sandbox.run_outcome import (
-    RunOutcome,
-    classify,
-    last_line,
-    scrubbed_env,
-    signal_of,
-)
-
-__all__ = ["RunOutcome", "classify", "last_line", "scrubbed_env", "signal_of"]
+from conductor_core.tasks.sandbox.run_outcome import *  # noqa: F403 (the moved module's public names, whatever they become)
 
 warn_moved(__name__)
