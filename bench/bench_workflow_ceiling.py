@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_workflows import MAX_STEPS, persistent_pool, share  # noqa: E402
 from conductor_core.simulation.workflow_baselines import (  # noqa: E402
     CHECK,
     SOLVE,
@@ -42,7 +43,6 @@ from conductor_core.workers.bundled import (  # noqa: E402
 )
 from conductor_core.workflow.model import ALL, Step, Workflow  # noqa: E402
 
-MAX_STEPS = 6
 EXTRA = ("parts-check-each", "parts-check-each-twice")
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
         "--persistence",
-        type=float,
+        type=share,
         default=None,
         help="Every worker's simulation.workflow.error_persistence (default: the pool's).",
     )
@@ -90,16 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     from conductor_core.simulation.workflow_eval import plan_success
     from conductor_core.simulation.workflow_world import world_question
     from conductor_core.tasks.problem import read_problems
-    from conductor_core.workers.config import load_pool
+    from conductor_core.workers.config import load_pool, parse_pool
 
-    pool = load_pool(bundled_workflow_pool_path())
-    profiles = []
-    for w in pool.workers:
-        sim = w.simulation
-        if args.persistence is not None:
-            rules = sim.workflow.model_copy(update={"error_persistence": args.persistence})
-            sim = sim.model_copy(update={"workflow": rules})
-        profiles.append(sim)
+    if args.persistence is None:
+        pool = load_pool(bundled_workflow_pool_path())
+    else:
+        pool = parse_pool(persistent_pool(args.persistence))
+    profiles = [w.simulation for w in pool.workers]
     roles = Roles()
     # each domain's second-best worker other than the checker (a different specialist)
     second = {}
@@ -117,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[tuple[int, bool], dict[str, list[tuple[float, int]]]] = defaultdict(
         lambda: defaultdict(list)
     )
-    for p in problems:
+    for done, p in enumerate(problems, 1):
         question = world_question(p.metadata)
         cls = (question.difficulty, question.composite)
         for seed, name in enumerate(names):
@@ -129,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ok = plan_success(question, plan, profiles, draws=args.draws, seed=seed)
             table[cls][name].append((ok, len(plan.steps)))
+        if done % 20 == 0 or done == len(problems):
+            print(f"scored {done}/{len(problems)} questions", file=sys.stderr, flush=True)
 
     def mean(rows: list[tuple[float, int]], i: int) -> float:
         return sum(r[i] for r in rows) / len(rows)

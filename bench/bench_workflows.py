@@ -79,18 +79,31 @@ def tracking_store(out: Path) -> str:
     return uri
 
 
-def bench_pool(out: Path, persistence: float | None) -> Path:
-    """The pool file the bench runs: the bundled one, or (``persistence`` set) a copy in
-    ``out`` with every worker's ``error_persistence`` set to it."""
+def share(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a bad one is one line of usage error)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
+    return value
+
+
+def persistent_pool(persistence: float) -> dict:
+    """The bundled workflow pool, as a dict, with every worker's ``error_persistence`` set."""
     from conductor_core.workers.config import load_pool
 
-    if persistence is None:
-        return bundled_workflow_pool_path()
     pool = load_pool(bundled_workflow_pool_path()).model_dump(mode="json", exclude_unset=True)
     for worker in pool["workers"]:
         worker["simulation"]["workflow"]["error_persistence"] = persistence
+    return pool
+
+
+def bench_pool(out: Path, persistence: float | None) -> Path:
+    """The pool file the bench runs: the bundled one, or (``persistence`` set) a copy in
+    ``out`` with every worker's ``error_persistence`` set to it (:func:`persistent_pool`)."""
+    if persistence is None:
+        return bundled_workflow_pool_path()
     path = out / "pool.yaml"
-    path.write_text(json.dumps(pool, indent=2))  # JSON is YAML
+    path.write_text(json.dumps(persistent_pool(persistence), indent=2))  # JSON is YAML
     return path
 
 
@@ -230,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-train", action="store_true", help="Baselines only.")
     ap.add_argument(
         "--persistence",
-        type=float,
+        type=share,
         default=None,
         help="Every worker's simulation.workflow.error_persistence (default: the pool's).",
     )
