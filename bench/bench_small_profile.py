@@ -6,6 +6,10 @@ model and the best single worker.
 
     .venv/bin/python bench/bench_small_profile.py [--seeds 3] [--out runs/small] \\
         [--stages base,adaptive,recursive] [--steps base=16] [--set FIELD=VALUE ...]
+    .venv/bin/python bench/bench_small_profile.py --pipeline [--only SEED] [--set PARAM=VALUE ...]
+
+With ``--pipeline`` each seed is the training pipeline itself, run as a user runs it, and its
+wall time is in ``seed-N/pipeline.log``; ``--only`` runs one seed, so seeds can run side by side.
 
 Each seed's stage folders are reused when their model exists, so a killed bench picks up where it
 stopped. Prints one row per seed as it finishes, then mean ± s.e. across seeds and the goals:
@@ -44,11 +48,25 @@ class CommandFailed(Exception):
     """A `conductor` command of the bench failed (its own output said why)."""
 
 
-def conductor(*args: str) -> None:
-    """Run one `conductor` command, its output streamed to stderr as progress."""
+def conductor(*args: str, log: Path | None = None) -> None:
+    """Run one `conductor` command, its output streamed to stderr as progress (and appended to
+    ``log`` when given)."""
     cmd = [sys.executable, "-m", "conductor_core", *args]
     print("$ conductor " + " ".join(args), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, check=False, stdout=sys.stderr, cwd=ROOT)
+    if log is None:
+        done = subprocess.run(cmd, check=False, stdout=sys.stderr, cwd=ROOT)
+    else:
+        with (
+            log.open("a") as sink,
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+            ) as proc,
+        ):
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                sink.write(line)
+        done = proc
     if done.returncode:
         raise CommandFailed(f"conductor {args[0]} {args[1]} exited {done.returncode} (above)")
 
@@ -104,6 +122,53 @@ def train(seed_dir: Path, stages: list[str], steps: dict[str, int], sets: list[s
         init = str(out / "model")
     assert init is not None
     return init
+
+
+def train_pipeline(seed_dir: Path, sets: list[str]) -> str:
+    """One seed through the training pipeline as a user runs it (`conductor pipeline run
+    training --local --set profile=small`: curation, the three stages, the held-out comparison,
+    registration) under ``seed_dir/runs``; a killed run is resumed. Returns the final model's
+    folder, read from the run's summary (``seed_dir/pipeline.log`` keeps its output)."""
+    log = seed_dir / "pipeline.log"
+    weights = weights_from_log(log)
+    if weights is None:
+        seed = seed_dir.name.removeprefix("seed-")
+        root = seed_dir / "runs"
+        args = ["pipeline", "run", "training", "--local", "--root", str(root)]
+        args += ["--set", "profile=small", "--set", f"seed={seed}"]
+        for item in sets:
+            args += ["--set", item]
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        conductor(*args, *(["--resume"] if (root / "local-runs").is_dir() else []), log=log)
+        with log.open("a") as sink:
+            sink.write(f"bench: pipeline wall {time.perf_counter() - started:.0f} s\n")
+        weights = weights_from_log(log)
+        if weights is None:
+            raise CommandFailed(f"no model weights in the summary of {log}")
+    return weights
+
+
+def train_seed(
+    args: argparse.Namespace, seed_dir: Path, stages: list[str], steps: dict[str, int]
+) -> str:
+    """One seed's final model: through the pipeline (``--pipeline``) or the chained stages."""
+    if args.pipeline:
+        return train_pipeline(seed_dir, args.sets)
+    return train(seed_dir, stages, steps, args.sets)
+
+
+def weights_from_log(log: Path) -> str | None:
+    """The model folder the last finished run in ``log`` printed (its summary's `model weights`
+    row), or None."""
+    if not log.is_file():
+        return None
+    found = None
+    for line in log.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] == "model weights" and Path(cells[1]).is_dir():
+            found = cells[1]
+    return found
 
 
 def profile_prompt_style() -> str:
@@ -182,6 +247,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default=",".join(STAGES), help="Stages to chain, in order.")
     parser.add_argument("--steps", action="append", default=[], help="STAGE=N: fewer steps.")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="FIELD=VALUE.")
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="Train each seed through `conductor pipeline run training --local --set "
+        "profile=small` (--set then takes pipeline parameters, e.g. base_steps=20; --stages and "
+        "--steps do not apply).",
+    )
+    parser.add_argument(
+        "--only",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="Train and evaluate this one seed, nothing else (to run seeds side by side; a later "
+        "run without it reuses their results for the table).",
+    )
     args = parser.parse_args(argv)
     stages = [s for s in args.stages.split(",") if s]
     if not stages or any(s not in STAGES for s in stages):
@@ -189,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     steps = parse_steps(args.steps)
     out = Path(args.out).resolve()
+    if args.only is not None:
+        seed_dir = out / f"seed-{args.only}"
+        model = train_seed(args, seed_dir, stages, steps)
+        figures(model, seed_dir / "eval")
+        return 0
     print("| model | " + " | ".join(COLUMNS) + " | s |")
     print("|---|" + "---|" * (len(COLUMNS) + 1))
     zero = figures("smollm2-135m-instruct", out / "zero-shot", baselines=True, zero_shot=True)
@@ -199,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seeds):
         started = time.perf_counter()
         seed_dir = out / f"seed-{seed}"
-        model = train(seed_dir, stages, steps, args.sets)
+        model = train_seed(args, seed_dir, stages, steps)
         row = figures(model, seed_dir / "eval")
         print_row(f"seed {seed}", row, str(round(time.perf_counter() - started)))
         sys.stdout.flush()

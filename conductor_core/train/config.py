@@ -364,6 +364,12 @@ class WarmupSpec(_Strict):
         description="`targets: own`: plans sampled under the grammar (`null`: steps x "
         "batch_size); the warm-up cycles over those that parse.",
     )
+    sample_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="`targets: own`: plans sampled in one batch (`null`: batch_size). On a CPU "
+        "a larger batch samples more tokens a second; on a GPU it costs KV-cache memory.",
+    )
     max_subtask_chars: int | None = Field(
         default=None,
         ge=1,

@@ -286,7 +286,7 @@ def own_plan_texts(
         plan_grammar=True,
         max_subtask_chars=config.warmup.max_subtask_chars,
     )
-    batch = config.warmup.batch_size
+    batch = config.warmup.sample_batch_size or config.warmup.batch_size
     results = []
     for start in range(0, len(requests), batch):
         results += source.generate_many(requests[start : start + batch])

@@ -32,6 +32,7 @@ SIZE_AND_HARDWARE = {
     "warmup.samples",  # the format start's sizes
     "warmup.steps",
     "warmup.batch_size",
+    "warmup.sample_batch_size",
     "warmup.max_subtask_chars",  # what fits the completion length
     "warmup.learning_rate",
 }
