@@ -84,6 +84,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
         adaptive_steps: int = 0,
         recursive_steps: int = 0,
         warmup_steps: int = 0,
+        expert_start_steps: int = 0,
         seed: int = -1,
         launcher: str = "pod",
         artifact_root: str = cluster.artifact_root or "",  # the UI shows the default
@@ -113,6 +114,9 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
             recursive_steps: Steps of the recursive fine-tune; 0 keeps the profile's.
             warmup_steps: Steps of the format warm-up before a stage that has one (the tiny
                 profile's base stage); 0 keeps the profile's.
+            expert_start_steps: Steps of the expert start before a stage that has one (the tiny
+                profile's recursive stage: imitating the better of keeping and a new plan); 0
+                keeps the profile's.
             seed: Training seed of every stage (data order, sampling, and the initial weights
                 of the tiny profile's random model); -1 keeps the profile's.
             launcher: Where training runs: `pod` (the task's own pod: CPU for a profile whose
@@ -155,6 +159,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 adaptive_steps=adaptive_steps,
                 recursive_steps=recursive_steps,
                 warmup_steps=warmup_steps,
+                expert_start_steps=expert_start_steps,
                 seed=seed,
                 artifact_root=artifact_root,
                 default_artifact_root=cluster.artifact_root or "",
@@ -183,6 +188,7 @@ def build(settings: Any = None, eval_parallelism: int = DEFAULT_EVAL_PARALLELISM
                 "dataset": data.outputs["dataset"],
                 "pool": pool,
                 "warmup_steps": warmup_steps,
+                "expert_start_steps": expert_start_steps,
                 "seed": seed,
                 "launcher": launcher,
                 "artifact_root": artifact_root,

@@ -21,6 +21,7 @@ def check_params(
     adaptive_steps: int,
     recursive_steps: int,
     warmup_steps: int = 0,
+    expert_start_steps: int = 0,
     seed: int = -1,
     artifact_root: str = "",
     default_artifact_root: str = "",
@@ -31,9 +32,9 @@ def check_params(
     eval_benchmark: str = "",
 ) -> NamedTuple("Outputs", [("checked", str), ("placement", str)]):
     """Check the run's parameters (profile, launcher, metric, baselines, pool, curation config,
-    shard counts, step and warm-up step counts, the training seed, and an artifact root the
-    run's pods can share: `s3://` with S3 credentials, or a folder under the cluster settings'
-    `shared_paths`) and stop the run with one line naming every bad one.
+    shard counts, step, warm-up and expert-start step counts, the training seed, and an artifact
+    root the run's pods can share: `s3://` with S3 credentials, or a folder under the cluster
+    settings' `shared_paths`) and stop the run with one line naming every bad one.
     With `launcher=trainjob` it looks the Kubeflow Trainer runtime up in the cluster
     (`trainjob_runtime`, `Kind/name`; a TrainingRuntime in `namespace`, else the pod's own) and
     stops the run when it does not exist, before any GPU node is asked for. A run that grades
@@ -62,6 +63,7 @@ def check_params(
             "adaptive": adaptive_steps,
             "recursive": recursive_steps,
             "warmup": warmup_steps,
+            "expert_start": expert_start_steps,
         },
         seed=seed,
         artifact_root=artifact_root,

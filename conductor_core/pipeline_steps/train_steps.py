@@ -37,6 +37,7 @@ def train_config(
     init_from: str | None = None,
     steps: int = 0,
     warmup_steps: int = 0,
+    expert_start_steps: int = 0,
     seed: int | None = None,
     checkpoint_dir: str | None = None,
     model_uri: str | None = None,
@@ -46,7 +47,8 @@ def train_config(
     overrides: dict[str, Any] | None = None,
 ) -> Any:
     """The :class:`~conductor_core.train.config.StageConfig` of one pipeline training step
-    (``steps``, ``warmup_steps``: 0 keeps the profile's; ``seed``: None keeps the profile's)."""
+    (``steps``, ``warmup_steps``, ``expert_start_steps``: 0 keeps the profile's; ``seed``: None
+    keeps the profile's)."""
     dataset = str(dataset_dir)
     problems = (
         str(Path(dataset) / "train.parquet")
@@ -73,6 +75,8 @@ def train_config(
         data["checkpoint"] = {"dir": checkpoint_dir}
     if warmup_steps:
         data["warmup"] = {"steps": warmup_steps}
+    if expert_start_steps:
+        data["expert_start"] = {"steps": expert_start_steps}
     if seed is not None:  # a random tiny model's weights too (ignored for other models)
         data["seed"] = seed
         data["model"] = {"tiny": {"seed": seed}}
@@ -91,6 +95,7 @@ def train_step(
     init_manifest: str | Path | None = None,
     steps: int = 0,
     warmup_steps: int = 0,
+    expert_start_steps: int = 0,
     seed: int | None = None,
     launcher: str = "pod",
     task_id: str = "",
@@ -132,6 +137,7 @@ def train_step(
         "pool": pool,
         "steps": steps,
         "warmup_steps": warmup_steps,
+        "expert_start_steps": expert_start_steps,
         "seed": seed,
         "tracking_uri": tracking_uri,
         "parent_run_id": parent,

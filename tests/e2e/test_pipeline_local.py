@@ -11,12 +11,15 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
-# Plumbing only: a short warm-up (the profile's 300 steps took about 60 of the run's 160 s).
+# Plumbing only: a short warm-up (the profile's 300 steps took about 60 of the run's 160 s) and a
+# short expert start in the recursive stage (the profile's 400 steps took 126 of the run's 217 s,
+# 2026-12-06).
 PARAMS = {
     "base_steps": 2,
     "adaptive_steps": 1,
     "recursive_steps": 1,
     "warmup_steps": 10,
+    "expert_start_steps": 10,
     "eval_limit": 24,
 }
 

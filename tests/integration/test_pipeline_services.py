@@ -46,6 +46,7 @@ def test_local_pipeline_on_real_mlflow_and_s3(mlflow_env, s3_env, tmp_path, monk
         "adaptive_steps": 1,
         "recursive_steps": 1,
         "warmup_steps": 10,
+        "expert_start_steps": 10,
         "eval_limit": 12,
         "eval_shards": 1,
         "artifact_root": f"s3://{s3_env.bucket}/{prefix}",

@@ -79,3 +79,5 @@ def test_check_params_component_stops_on_a_typo():
         check_params.python_func(**{**args, "launcher": "gpu"})
     with pytest.raises(ConfigError, match="warmup_steps: -1; give 0"):
         check_params.python_func(**{**args, "warmup_steps": -1})
+    with pytest.raises(ConfigError, match="expert_start_steps: -1; give 0"):
+        check_params.python_func(**{**args, "expert_start_steps": -1})

@@ -253,6 +253,21 @@ def test_train_config_takes_the_warmup_steps_or_keeps_the_profiles(tmp_path):
     assert short.warmup.enabled and short.warmup.steps == 10
 
 
+def test_train_config_takes_the_expert_start_steps_or_keeps_the_profiles(tmp_path):
+    from conductor_core.pipeline_steps.train_steps import train_config
+
+    common = {"stage": "recursive", "profile": "tiny", "dataset_dir": tmp_path, "pool": "bundled"}
+    kept = train_config(**common, output_dir=tmp_path / "a")
+    short = train_config(**common, output_dir=tmp_path / "b", expert_start_steps=10)
+    assert kept.expert_start.enabled and kept.expert_start.steps == 400
+    assert short.expert_start.enabled and short.expert_start.steps == 10
+    assert short.expert_start.learning_rate == kept.expert_start.learning_rate  # only the steps
+    base = train_config(
+        **{**common, "stage": "base"}, output_dir=tmp_path / "c", expert_start_steps=10
+    )
+    assert not base.expert_start.enabled  # a stage without one does not get one
+
+
 def test_train_config_takes_the_seed_for_training_and_the_tiny_weights_or_keeps_the_profiles(
     tmp_path,
 ):
