@@ -9,7 +9,8 @@ compiled pipeline's own environment (its cluster settings) applies, except the e
 machine replaces: the MLflow tracking URI and the S3 endpoint. The Secrets the compiled pipeline
 mounts as environment variables are filled, where this machine has a value, from the local S3
 server's credentials and this process's environment (API keys), the way a cluster fills them
-from its Secrets.
+from its Secrets. The compute thread counts this process was given (``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS``) go to the tasks too (:func:`thread_settings`).
 """
 
 from __future__ import annotations
@@ -365,6 +366,7 @@ def rehearsal(compiled: Path, root: Path, pull: bool = False) -> Iterator[Rehear
             **{k: v for k, v in s3_env.items() if k in ENDPOINT_ENVS or k == "AWS_DEFAULT_REGION"},
             "MLFLOW_TRACKING_URI": tracking_uri,
             "HF_HUB_OFFLINE": "1",
+            **thread_settings(),
         }
         stack.callback(remove_containers, rid)
         yield Rehearsal(
@@ -381,6 +383,19 @@ def rehearsal(compiled: Path, root: Path, pull: bool = False) -> Iterator[Rehear
 
 
 _S3_ENVS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_settings(environ: Any = None) -> dict[str, str]:
+    """The compute thread counts of this process's environment (``THREAD_ENVS``, where set), for
+    the task containers. On a cluster a pod's CPU limit bounds its threads; in a rehearsal the
+    tasks share this machine's cores with whatever else runs on it, and a container does not
+    inherit this process's environment, so torch in a task would start one OpenMP thread per
+    core. Where cores are shared, threads spinning against other processes made a tiny model's
+    generation 9 times slower (docs/notes/testing.md); the test session sets one thread for
+    itself and every process it starts, the rehearsal's containers included."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in THREAD_ENVS if env.get(k)}
 
 
 def _given_endpoint() -> str:

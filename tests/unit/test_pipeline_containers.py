@@ -152,3 +152,14 @@ def test_the_compiled_pipeline_caches_every_task_but_its_exit_handler():
     after = caching(json_format.MessageToDict(loaded))
     assert after.keys() == caching(spec).keys()
     assert after == {name: name != "close-run" for name in after}
+
+
+def test_the_task_containers_get_this_process_s_thread_counts():
+    from conductor_pipeline_runner.containers import thread_settings
+
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/bin", "HOME": "/root"}
+    assert thread_settings(env) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert thread_settings({"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": ""}) == {
+        "OMP_NUM_THREADS": "2"
+    }
+    assert thread_settings({}) == {}  # none set: torch's own default, as before
