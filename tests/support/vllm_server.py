@@ -133,24 +133,33 @@ def build_warm_conductor(
     from conductor_core.workers.bundled import bundled_train_problems_path
     from conductor_core.workflow.prompts import save_prompt_spec
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    config = build_config(
-        {"seed": seed, "warmup": {"steps": steps, "max_seconds": max_seconds}}, profile="tiny"
-    )
-    shape = config.model.tiny
-    raw = out_dir.with_name(out_dir.name + "-random")
-    build_tiny_conductor(
-        raw,
-        hidden=shape.hidden,
-        layers=shape.layers,
-        heads=shape.heads,
-        kv_heads=shape.kv_heads,
-        seed=seed,
-    )
-    model = AutoModelForCausalLM.from_pretrained(raw)
-    tokenizer = AutoTokenizer.from_pretrained(raw)
-    problems = select_problems(read_problems(bundled_train_problems_path()), "train", None)
-    stats = run_warmup(model, tokenizer, problems, pool_size, config)
+    # Two threads where nobody chose (a bench on a quiet machine); the test session's one thread
+    # (OMP_NUM_THREADS=1) otherwise: under xdist the other worker keeps a core busy, and two
+    # OpenMP threads spinning against it made a tiny model's steps several times slower
+    # (docs/notes/testing.md). Restored after: the worker process runs other tests next.
+    saved_threads = torch.get_num_threads()
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    try:
+        config = build_config(
+            {"seed": seed, "warmup": {"steps": steps, "max_seconds": max_seconds}}, profile="tiny"
+        )
+        shape = config.model.tiny
+        raw = out_dir.with_name(out_dir.name + "-random")
+        build_tiny_conductor(
+            raw,
+            hidden=shape.hidden,
+            layers=shape.layers,
+            heads=shape.heads,
+            kv_heads=shape.kv_heads,
+            seed=seed,
+        )
+        model = AutoModelForCausalLM.from_pretrained(raw)
+        tokenizer = AutoTokenizer.from_pretrained(raw)
+        problems = select_problems(read_problems(bundled_train_problems_path()), "train", None)
+        stats = run_warmup(model, tokenizer, problems, pool_size, config)
+    finally:
+        torch.set_num_threads(saved_threads)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     style = config.data.prompt_style
