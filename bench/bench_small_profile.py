@@ -164,9 +164,10 @@ def weights_from_log(log: Path) -> str | None:
         return None
     found = None
     for line in log.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0] == "model weights" and Path(cells[1]).is_dir():
-            found = cells[1]
+        label, _, rest = line.partition("model weights ")
+        folder = rest.strip()
+        if not label and folder and Path(folder).is_dir():  # the summary's `what  where` row
+            found = folder
     return found
 
 
@@ -189,6 +190,31 @@ def figures(model: str, out: Path, *, zero_shot: bool = False) -> dict[str, floa
         row[f"{name} unaided format errors"] = unaided["format_errors"]
         row[f"{name} calls"] = grammar["calls"]
     return row
+
+
+def plan_summary(records: Path) -> str:
+    """What one evaluation's plans are, in a line: the commonest worker sequences, the share of
+    steps that read every earlier step, whether the math expert is in the plan by domain, and a
+    few subtasks (issue 42 §3: what its subtasks say)."""
+    from collections import Counter
+
+    plans = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    plans = [p for p in plans if p["method"].startswith("cond") and not p["format_error"]]
+    if not plans:
+        return "no plan parsed"
+    sequences = Counter(str(p["workers"]) for p in plans).most_common(3)
+    steps = sum(p["plan_len"] for p in plans)
+    access = sum(p["all_access_steps"] for p in plans) / max(1, steps)
+    by_domain = Counter(p["domain"] for p in plans)
+    math_in = Counter(p["domain"] for p in plans if 0 in p["workers"])
+    experts = ", ".join(f"{d} {math_in[d]}/{n}" for d, n in sorted(by_domain.items()))
+    subtasks = Counter(t for p in plans for t in p["subtasks"]).most_common(4)
+    said = "; ".join(f"{t!r} x{n}" for t, n in subtasks)
+    return (
+        f"{len(plans)} plans; workers {', '.join(f'{q} x{n}' for q, n in sequences)}; "
+        f"steps reading all earlier {access:.2f}; worker 0 in the plan: {experts}; "
+        f"subtasks {said}"
+    )
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
@@ -277,12 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     best = {name: best_single(name, out / "baselines" / name) for name in EVALS}
     print(f"| best single worker | {best['held-out']:.3f} | | | | {best['demo']:.3f} | | | | |")
     rows = []
+    plans: dict[int, str] = {}
     for seed in range(args.seeds):
         started = time.perf_counter()
         seed_dir = out / f"seed-{seed}"
         model = train_seed(args, seed_dir, stages, steps)
         row = figures(model, seed_dir / "eval")
         print_row(f"seed {seed}", row, str(round(time.perf_counter() - started)))
+        plans[seed] = plan_summary(seed_dir / "eval" / "held-out-grammar" / "records-0of1.jsonl")
         sys.stdout.flush()
         rows.append(row)
     summary = {c: mean_se([r[c] for r in rows]) for c in COLUMNS}
@@ -298,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         ("demo gain over the best single", demo_gain, demo_gain >= DEMO_MARGIN),
         ("unaided format errors", unaided, unaided <= MAX_UNAIDED_FORMAT_ERRORS),
     ]
+    print()
+    for seed, line in plans.items():
+        print(f"seed {seed} held-out plans: {line}")
     print()
     for name, value, met in goals:
         print(f"{name}: {value:+.3f} ({'met' if met else 'not met'})")
