@@ -74,6 +74,19 @@ def test_own_plans_are_the_models_plans_under_the_grammar_as_the_stage_asks(tiny
     assert again == kept  # seeded: a rerun samples the same plans
 
 
+@pytest.mark.slow  # 16 plans sampled under the grammar (seconds)
+def test_own_plans_are_sampled_in_batches_of_sample_batch_size(tiny):
+    from conductor_core.train.warmup import own_plan_texts
+
+    model, tok = tiny
+    lines: list[str] = []
+    own_plan_texts(model, tok, PROBLEMS, 4, _own(), 8, seed=1, log=lines.append)
+    assert [line.split()[2] for line in lines] == ["4/8", "8/8"]  # batch_size 4
+    lines.clear()
+    own_plan_texts(model, tok, PROBLEMS, 4, _own(sample_batch_size=8), 8, seed=1, log=lines.append)
+    assert [line.split()[2] for line in lines] == ["8/8"]
+
+
 @pytest.mark.slow
 def test_a_lora_warmup_merges_its_update_into_the_weights(tiny):
     import copy
