@@ -36,7 +36,7 @@ import pytest
 
 from conductor_core.track.loopback import running, start_mlflow_server, start_s3_server
 from conductor_pipeline_runner.containers import RUN_LABEL
-from tests.support.containers import clean_env, docker_or_skip, image_or_skip
+from tests.support.containers import clean_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
@@ -68,14 +68,6 @@ def short_backoff(folder: Path) -> Path:
 def _conductor(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     command = [str(Path(sys.executable).parent / "conductor"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
-
-
-@pytest.fixture(scope="module")
-def images():
-    client = docker_or_skip()
-    image_or_skip(client, "base")
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="module")

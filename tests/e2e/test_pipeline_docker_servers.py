@@ -16,17 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.containers import clean_env, docker_or_skip, image_or_skip
+from tests.support.containers import clean_env
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def images():
-    client = docker_or_skip()
-    image_or_skip(client, "base")
-    yield client
-    client.close()
 
 
 def _conductor(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
