@@ -23,6 +23,7 @@ smaller figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import subprocess
@@ -43,6 +44,8 @@ EVALS: dict[str, list[str]] = {
     "demo": ["--benchmark", "demo", "--repeats", "10"],
 }
 """The two question sets, as `conductor eval run` arguments."""
+WALL = "bench: pipeline wall "
+"""How ``pipeline.log`` records a finished pipeline's seconds."""
 
 
 class CommandFailed(Exception):
@@ -54,20 +57,17 @@ def conductor(*args: str, log: Path | None = None) -> None:
     ``log`` when given)."""
     cmd = [sys.executable, "-m", "conductor_core", *args]
     print("$ conductor " + " ".join(args), file=sys.stderr, flush=True)
-    if log is None:
-        done = subprocess.run(cmd, check=False, stdout=sys.stderr, cwd=ROOT)
-    else:
-        with (
-            log.open("a") as sink,
-            subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
-            ) as proc,
-        ):
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stderr.write(line)
+    with (
+        log.open("a") if log else contextlib.nullcontext() as sink,
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+        ) as done,
+    ):
+        assert done.stdout is not None
+        for line in done.stdout:
+            sys.stderr.write(line)
+            if sink is not None:
                 sink.write(line)
-        done = proc
     if done.returncode:
         raise CommandFailed(f"conductor {args[0]} {args[1]} exited {done.returncode} (above)")
 
@@ -142,7 +142,7 @@ def train_pipeline(seed_dir: Path, sets: list[str]) -> str:
         started = time.perf_counter()
         conductor(*args, *(["--resume"] if (root / "local-runs").is_dir() else []), log=log)
         with log.open("a") as sink:
-            sink.write(f"bench: pipeline wall {time.perf_counter() - started:.0f} s\n")
+            sink.write(f"{WALL}{time.perf_counter() - started:.0f} s\n")
         weights = weights_from_log(log)
         if weights is None:
             raise CommandFailed(f"no model weights in the summary of {log}")
@@ -152,9 +152,9 @@ def train_pipeline(seed_dir: Path, sets: list[str]) -> str:
 def pipeline_wall(seed_dir: Path) -> float:
     """Seconds the seed's pipeline run took (its last finished run in ``pipeline.log``)."""
     walls = [
-        float(line.split()[3])
+        float(line.removeprefix(WALL).split()[0])
         for line in (seed_dir / "pipeline.log").read_text().splitlines()
-        if line.startswith("bench: pipeline wall ")
+        if line.startswith(WALL)
     ]
     return walls[-1] if walls else float("nan")
 
