@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--styles", default="compact,full", help="prompt styles, comma-separated")
     parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument(
+        "--skip", type=int, default=0, help="start at this question of the split (0: the first)"
+    )
+    parser.add_argument("--split", default="train", help="the bundled set's split to ask")
     parser.add_argument("--plans", type=int, default=8, help="plans per question (one batch)")
     parser.add_argument("--tokens", type=int, default=128, help="completion length")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -42,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     from conductor_core.train.data import stage_options
     from conductor_core.train.grpo import load_inputs
 
-    config = build_config({}, stage="base", profile="small")
+    config = build_config({"data": {"split": args.split}}, stage="base", profile="small")
     train, _, pool = load_inputs(config)
     size = len(pool.workers)
     print(
         f"model: {args.model}; {args.questions} questions x {args.plans} plans, "
-        f"{args.tokens} tokens, temperature {args.temperature}; {os.cpu_count()} cores"
+        f"{args.tokens} tokens, temperature {args.temperature}, split {args.split}; "
+        f"{os.cpu_count()} cores"
     )
     modes = [False, True] if args.grammar else [False]
     for style in args.styles.split(","):
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             started = time.perf_counter()
             results = []
-            for problem in train[: args.questions]:
+            for problem in train[args.skip : args.skip + args.questions]:
                 requests = [
                     plan_request(problem.question, size, options, sample_index=k)
                     for k in range(args.plans)
@@ -82,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{style:8s} {how:18s} {parsed}/{len(results)} parse "
                 f"({parsed / len(results):.0%}), {seconds:.0f}s"
             )
+            errors = Counter(r.error.code.value for r in results if r.error is not None)
+            if errors:
+                print("    errors: " + ", ".join(f"{code} {n}" for code, n in errors.most_common()))
             for r in results[: args.show]:
                 print(f"    {r.raw[:160]!r}")
     return 0

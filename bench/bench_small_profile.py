@@ -1,8 +1,9 @@
 """The `small` profile's learning figures across independent seeds (issue 42 §3): train the
 stages as the pipeline chains them (base -> adaptive -> recursive, each from the one before) once
 per seed, then evaluate the last model on the generator's held-out questions and on the 14 demo
-questions (10 repeats), under the plan grammar (as deployed) and unaided, beside the zero-shot
-model and the best single worker.
+questions (10 repeats), under the plan grammar (as deployed) and unaided (sampled at
+temperature 1.0, as GRPO samples, and greedily), beside the zero-shot model and the best single
+worker.
 
     .venv/bin/python bench/bench_small_profile.py [--seeds 3] [--out runs/small] \\
         [--stages base,adaptive,recursive] [--steps base=16] [--set FIELD=VALUE ...]
@@ -72,15 +73,24 @@ def conductor(*args: str, log: Path | None = None) -> None:
         raise CommandFailed(f"conductor {args[0]} {args[1]} exited {done.returncode} (above)")
 
 
-def evaluate(model: str, name: str, out: Path, *, grammar: bool, zero_shot: bool = False) -> dict:
-    """The summary row of ``model`` on question set ``name``; reuses a finished evaluation in
-    ``out``. A ``zero_shot`` model (no recorded prompt style of its own) is asked with the
-    profile's."""
+def evaluate(
+    model: str,
+    name: str,
+    out: Path,
+    *,
+    grammar: bool,
+    zero_shot: bool = False,
+    temperature: float | None = None,
+) -> dict:
+    """The summary row of ``model`` on question set ``name``, sampled at ``temperature`` (None:
+    the Conductor's default, 1.0); reuses a finished evaluation in ``out``. A ``zero_shot``
+    model (no recorded prompt style of its own) is asked with the profile's."""
     summary = out / "summary.json"
     if not summary.is_file():
         args = ["eval", "run", *EVALS[name], "--pool", str(POOL), "--conductor", model]
         args += ["--prompt-style", profile_prompt_style()] if zero_shot else []
         args += ["--plan-grammar" if grammar else "--no-plan-grammar", "--no-progress"]
+        args += [] if temperature is None else ["--conductor-temperature", str(temperature)]
         conductor(*args, "--out", str(out))
     rows = json.loads(summary.read_text())["rows"]
     mine = next(r for r in rows if r["benchmark"] == "average" and r["method"].startswith("cond"))
@@ -191,14 +201,25 @@ def profile_prompt_style() -> str:
 
 
 def figures(model: str, out: Path, *, zero_shot: bool = False) -> dict[str, float]:
-    """Held-out and demo figures of one model: under the grammar and unaided."""
+    """Held-out and demo figures of one model: under the grammar, and unaided sampled at 1.0 and
+    greedily."""
     row: dict[str, float] = {}
     for name in EVALS:
         grammar = evaluate(model, name, out / f"{name}-grammar", grammar=True, zero_shot=zero_shot)
         unaided = evaluate(model, name, out / f"{name}-unaided", grammar=False, zero_shot=zero_shot)
+        greedy = evaluate(
+            model,
+            name,
+            out / f"{name}-unaided-greedy",
+            grammar=False,
+            zero_shot=zero_shot,
+            temperature=0.0,
+        )
         row[f"{name} accuracy"] = grammar["accuracy"]
         row[f"{name} unaided accuracy"] = unaided["accuracy"]
         row[f"{name} unaided format errors"] = unaided["format_errors"]
+        row[f"{name} greedy unaided accuracy"] = greedy["accuracy"]
+        row[f"{name} greedy unaided format errors"] = greedy["format_errors"]
         row[f"{name} calls"] = grammar["calls"]
     return row
 
@@ -241,10 +262,14 @@ COLUMNS = (
     "held-out accuracy",
     "held-out unaided accuracy",
     "held-out unaided format errors",
+    "held-out greedy unaided accuracy",
+    "held-out greedy unaided format errors",
     "held-out calls",
     "demo accuracy",
     "demo unaided accuracy",
     "demo unaided format errors",
+    "demo greedy unaided accuracy",
+    "demo greedy unaided format errors",
     "demo calls",
 )
 
@@ -312,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         zero = figures("smollm2-135m-instruct", out / "zero-shot", zero_shot=True)
         print_row("zero-shot", zero)
     best = {name: best_single(name, out / "baselines" / name) for name in EVALS}
-    print(f"| best single worker | {best['held-out']:.3f} | | | | {best['demo']:.3f} | | | | |")
+    half = " |" * (len(COLUMNS) // 2 - 1)
+    print(f"| best single worker | {best['held-out']:.3f} |{half} {best['demo']:.3f} |{half} |")
     rows = []
     plans: dict[int, str] = {}
     for seed in range(args.seeds):
@@ -330,13 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| mean ± s.e. ({len(rows)} seeds) | {cells} | |")
     held_gain = summary["held-out accuracy"][0] - best["held-out"]
     demo_gain = summary["demo accuracy"][0] - best["demo"]
-    unaided = max(
-        summary["held-out unaided format errors"][0], summary["demo unaided format errors"][0]
+    unaided, greedy = (
+        max(summary[f"held-out {how}format errors"][0], summary[f"demo {how}format errors"][0])
+        for how in ("unaided ", "greedy unaided ")
     )
     goals = [
         ("held-out gain over the best single", held_gain, held_gain >= HELD_OUT_MARGIN),
         ("demo gain over the best single", demo_gain, demo_gain >= DEMO_MARGIN),
-        ("unaided format errors", unaided, unaided <= MAX_UNAIDED_FORMAT_ERRORS),
+        ("unaided format errors, sampled at 1.0", unaided, unaided <= MAX_UNAIDED_FORMAT_ERRORS),
+        ("unaided format errors, greedy", greedy, greedy <= MAX_UNAIDED_FORMAT_ERRORS),
     ]
     print()
     for seed, line in plans.items():

@@ -478,6 +478,7 @@ class Conductor:
         model_name: str | None = None,
         api_key_env: str | None = None,
         plan_grammar: bool = True,
+        temperature: float | None = None,
         problems: str | Path | None = None,
         rounds: int = 1,
         max_steps: int = 5,
@@ -496,6 +497,7 @@ class Conductor:
         self.model_name = model_name
         self.api_key_env = api_key_env
         self.plan_grammar = plan_grammar
+        self.temperature = temperature
         self.problems = problems
         self.pool_config: PoolConfig = load_pool_config(pool, problems)
         self.options: SolveOptions = solve_options(
@@ -534,6 +536,7 @@ class Conductor:
                 model=self.model_name,
                 api_key_env=self.api_key_env,
                 plan_grammar=self.plan_grammar,
+                temperature=self.temperature,
             )
         return self._source
 
@@ -588,6 +591,7 @@ class Conductor:
             "conductor_model": self.model_name,
             "conductor_key_env": self.api_key_env,
             "plan_grammar": self.plan_grammar,
+            "conductor_temperature": self.temperature,
             "pool": self.pool,
             "problems": self.problems,
             "rounds": self.options.max_rounds,

@@ -45,6 +45,13 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "write unaided (what it learned). No effect on 'scripted' or a URL.",
         ),
         click.option(
+            "--conductor-temperature",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="Sampling temperature of a learned Conductor (a local model or a URL); 0: "
+            "greedy. Default: 1.0, as GRPO sampled it in training.",
+        ),
+        click.option(
             "--conductor-key-env",
             default=None,
             help="NAME of the environment variable holding the Conductor endpoint's key.",
@@ -86,10 +93,18 @@ def load_pool(pool_path: Path | None, problems_path: Path | None):
 
 
 def make_plan_source(
-    spec: str, model: str | None, key_env: str | None, *, plan_grammar: bool = True
+    spec: str,
+    model: str | None,
+    key_env: str | None,
+    *,
+    plan_grammar: bool = True,
+    temperature: float | None = None,
 ):
-    """Build the plan source named by ``--conductor`` (``--plan-grammar`` for local models)."""
+    """Build the plan source named by ``--conductor`` (``--plan-grammar`` for local models,
+    ``--conductor-temperature``)."""
     # lazy: conductor --help imports every command module; this adds ~8 ms
     from conductor_core.policy.factory import load_plan_source
 
-    return load_plan_source(spec, model=model, api_key_env=key_env, plan_grammar=plan_grammar)
+    return load_plan_source(
+        spec, model=model, api_key_env=key_env, plan_grammar=plan_grammar, temperature=temperature
+    )

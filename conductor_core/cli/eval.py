@@ -43,6 +43,7 @@ _FIELDS = {
     "conductor_model": "conductor_model",
     "conductor_key_env": "conductor_key_env",
     "plan_grammar": "plan_grammar",
+    "conductor_temperature": "conductor_temperature",
     "max_steps": "max_steps",
     "access_mode": "access_mode",
     "descriptors": "descriptors",

@@ -26,6 +26,7 @@ def command(
     conductor: str,
     conductor_model: str | None,
     plan_grammar: bool,
+    conductor_temperature: float | None,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -37,7 +38,11 @@ def command(
     """Print the Conductor's raw output and the parsed plan (or its format error) as JSON."""
     config = load_pool(pool_path, problems_path)
     source = make_plan_source(
-        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
+        conductor,
+        conductor_model,
+        conductor_key_env,
+        plan_grammar=plan_grammar,
+        temperature=conductor_temperature,
     )
     options = solve_options(
         config,

@@ -160,6 +160,7 @@ def command(
     conductor: str,
     conductor_model: str | None,
     plan_grammar: bool,
+    conductor_temperature: float | None,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -242,7 +243,11 @@ def command(
     keys = load_api_keys(config)
     configure_json_logging(log_level.upper(), secrets=keys)
     source = make_plan_source(
-        conductor, conductor_model, conductor_key_env, plan_grammar=plan_grammar
+        conductor,
+        conductor_model,
+        conductor_key_env,
+        plan_grammar=plan_grammar,
+        temperature=conductor_temperature,
     )
     app = create_app(config, pool=pool, plan_source=source)
     click.echo(

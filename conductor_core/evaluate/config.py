@@ -143,6 +143,12 @@ class EvalConfig(_Strict):
         "under the plan grammar, so every plan it finishes parses (false: it writes unaided, "
         "what it learned). No effect on 'scripted' or a URL.",
     )
+    conductor_temperature: float | None = Field(
+        default=None,
+        ge=0,
+        description="Sampling temperature of a learned Conductor (a local model or a URL); 0: "
+        "greedy. null: 1.0, as GRPO sampled it in training. No effect on 'scripted'.",
+    )
     evaluate_conductor: bool = Field(
         default=True, description="Evaluate the Conductor (false: the baselines only)."
     )

@@ -184,6 +184,7 @@ def run_shard(
             model=config.conductor_model,
             api_key_env=config.conductor_key_env,
             plan_grammar=config.plan_grammar,
+            temperature=config.conductor_temperature,
         )
         name = config.conductor_name or f"conductor:{config.conductor}"
         methods.append(PlanSourceMethod(name, source, opts))

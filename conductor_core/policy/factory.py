@@ -30,6 +30,7 @@ def load_plan_source(
     model: str | None = None,
     api_key_env: str | None = None,
     plan_grammar: bool = True,
+    temperature: float | None = None,
     **kw: Any,
 ) -> PlanSource:
     """The plan source that ``spec`` names.
@@ -53,6 +54,10 @@ def load_plan_source(
     plan; False lets it write unaided. Scripted plans are always well formed; a URL Conductor is
     sent the grammar by ``structured=True`` (vLLM's structured outputs) instead.
 
+    ``temperature`` (a learned Conductor, local or at a URL): its sampling temperature, 0 for
+    greedy decoding; None keeps the plan source's default, 1.0 (GRPO's sampling, the paper's).
+    No effect on ``"scripted"``.
+
     Anything else raises :class:`ConductorError` naming the accepted forms. No model is
     loaded here; only ``"tiny"`` (built on first use), ``"smollm2-135m-instruct"`` (converted on
     first use) and the stored forms (downloaded) do work.
@@ -61,6 +66,10 @@ def load_plan_source(
     lowered = text.lower()
     if lowered == "scripted":
         return ScriptedPlanSource(**kw)
+    if temperature is not None:
+        if temperature < 0:
+            raise ConductorError(f"the Conductor's temperature must be >= 0, got {temperature}")
+        kw["temperature"] = temperature
     if lowered == "tiny":
         return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
     if is_pretrained_name(text):

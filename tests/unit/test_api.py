@@ -147,8 +147,18 @@ def test_evaluate_inside_a_running_loop_and_through_the_conductor(tmp_path) -> N
 
     result = asyncio.run(cell())
     assert result.config.rounds == 2 and result.config.conductor == "scripted"
+    assert result.config.conductor_temperature is None
     assert result.methods == ["conductor:scripted"] and result.problems == 2
     assert not _api_threads()
+
+
+def test_the_conductors_temperature_reaches_its_plan_source_and_evaluation(monkeypatch) -> None:
+    import conductor_core.api as api
+
+    with Conductor("http://127.0.0.1:9/v1", temperature=0.0) as conductor:
+        assert conductor.plan_source.temperature == 0.0
+        monkeypatch.setattr(api, "evaluate", lambda benchmark, **fields: fields)
+        assert conductor.evaluate("demo")["conductor_temperature"] == 0.0
 
 
 def test_eval_config_is_the_clis(tmp_path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conductor_core.cli import main
+from conductor_core.errors import ConductorError
 from conductor_core.policy import tiny
 from conductor_core.policy.base import PlanRequest, PreviousRound, WorkerInfo
 from conductor_core.policy.local import TransformersPlanSource
@@ -205,7 +206,8 @@ def test_the_grammar_is_off_unless_asked_for_and_in_training(model_dir: Path) ->
     assert users == {"trainers.py"}
 
 
-# -- the switch: on by default for solve, plan, serve and eval; --no-plan-grammar ------------------
+# -- the switch: on by default for solve, plan, serve and eval; --no-plan-grammar; and the
+# Conductor's sampling temperature, the other decoding option the four commands share ------------
 
 
 class _Stop(Exception):
@@ -247,6 +249,51 @@ def test_commands_decode_under_the_grammar_unless_told_not_to(
         main(args)
     assert captured[-1]["spec"] == "tiny"
     assert captured[-1]["plan_grammar"] is (flag != "--no-plan-grammar")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["solve", "What is 2 + 2?"],
+        ["plan", "What is 2 + 2?"],
+        ["serve"],
+        ["eval", "run", "--benchmark", "demo", "--limit", "1", "--out", "{tmp}"],
+    ],
+    ids=["solve", "plan", "serve", "eval"],
+)
+@pytest.mark.parametrize("value", [None, "0", "0.7"])
+def test_commands_pass_the_conductor_temperature(captured, tmp_path, argv, value) -> None:
+    args = [a.replace("{tmp}", str(tmp_path / "eval")) for a in argv]
+    args += ["--conductor", "tiny"] + (["--conductor-temperature", value] if value else [])
+    with pytest.raises(_Stop):
+        main(args)
+    assert captured[-1]["temperature"] == (None if value is None else float(value))
+
+
+def test_a_negative_conductor_temperature_is_refused(tmp_path, capsys) -> None:
+    from pydantic import ValidationError
+
+    from conductor_core.evaluate.config import EvalConfig
+    from conductor_core.policy.factory import load_plan_source
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "2 + 2?", "--conductor", "tiny", "--conductor-temperature", "-1"])
+    assert exit_.value.code == 2
+    assert "--conductor-temperature" in capsys.readouterr().err
+    with pytest.raises(ValidationError, match="conductor_temperature"):
+        EvalConfig(benchmark="demo", conductor_temperature=-0.5)
+    with pytest.raises(ConductorError, match="temperature must be >= 0"):
+        load_plan_source(str(tmp_path), temperature=-1.0)
+
+
+def test_the_factory_sets_a_learned_conductors_temperature_only(model_dir: Path) -> None:
+    from conductor_core.policy.factory import load_plan_source
+
+    assert load_plan_source(str(model_dir)).temperature == 1.0  # GRPO's sampling
+    assert load_plan_source(str(model_dir), temperature=0.0).temperature == 0.0
+    assert load_plan_source("http://127.0.0.1:9/v1", temperature=0.3).temperature == 0.3
+    scripted = load_plan_source("scripted", temperature=0.0)  # a heuristic: nothing to sample
+    assert not hasattr(scripted, "temperature")
 
 
 def test_eval_config_field_and_print_config(tmp_path, capsys) -> None:
