@@ -20,8 +20,19 @@ logger = logging.getLogger("conductor.gateway")
 access_logger = logging.getLogger("conductor.gateway.access")
 
 REQUEST_ID_HEADER = "x-request-id"
-_ROUTES = ("/v1/chat/completions", "/v1/models", "/healthz", "/readyz", "/metrics")
-"""The paths counted under their own name in the request metrics; any other is ``other``."""
+_ROUTES = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/models",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    }
+)
+"""The paths counted under their own name in the request metrics (every route the gateway
+serves); any other is ``other``, so that a client cannot create series at will."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """The HTTP methods counted under their own name; any other is counted as ``other``, so that a
 client cannot create metric series (or log fields) at will."""

@@ -121,3 +121,10 @@ def test_build_info_names_the_version_and_the_served_model() -> None:
     m.set_build_info("conductor", "7")
     assert m.value("conductor_gateway_build_info", labels) is None  # one series at a time
     assert m.value("conductor_gateway_build_info", {**labels, "model_version": "7"}) == 1
+
+
+def test_every_served_route_is_counted_under_its_own_name() -> None:
+    from conductor_core.serve.middleware import _ROUTES
+    from conductor_core.serve.routes import router
+
+    assert {route.path for route in router.routes} == _ROUTES
