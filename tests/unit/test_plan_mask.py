@@ -214,6 +214,19 @@ class _Stop(Exception):
     pass
 
 
+COMMANDS = pytest.mark.parametrize(
+    "argv",
+    [
+        ["solve", "What is 2 + 2?"],
+        ["plan", "What is 2 + 2?"],
+        ["serve"],
+        ["eval", "run", "--benchmark", "demo", "--limit", "1", "--out", "{tmp}"],
+    ],
+    ids=["solve", "plan", "serve", "eval"],
+)
+"""The four commands that take the Conductor's decoding options ({tmp}: the test's folder)."""
+
+
 @pytest.fixture
 def captured(monkeypatch) -> list[dict]:
     """load_plan_source's arguments, then stop the command."""
@@ -229,16 +242,7 @@ def captured(monkeypatch) -> list[dict]:
     return calls
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["solve", "What is 2 + 2?"],
-        ["plan", "What is 2 + 2?"],
-        ["serve"],
-        ["eval", "run", "--benchmark", "demo", "--limit", "1", "--out", "{tmp}"],
-    ],
-    ids=["solve", "plan", "serve", "eval"],
-)
+@COMMANDS
 @pytest.mark.parametrize("flag", [None, "--plan-grammar", "--no-plan-grammar"])
 def test_commands_decode_under_the_grammar_unless_told_not_to(
     captured, tmp_path, argv, flag
@@ -251,16 +255,7 @@ def test_commands_decode_under_the_grammar_unless_told_not_to(
     assert captured[-1]["plan_grammar"] is (flag != "--no-plan-grammar")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["solve", "What is 2 + 2?"],
-        ["plan", "What is 2 + 2?"],
-        ["serve"],
-        ["eval", "run", "--benchmark", "demo", "--limit", "1", "--out", "{tmp}"],
-    ],
-    ids=["solve", "plan", "serve", "eval"],
-)
+@COMMANDS
 @pytest.mark.parametrize("value", [None, "0", "0.7"])
 def test_commands_pass_the_conductor_temperature(captured, tmp_path, argv, value) -> None:
     args = [a.replace("{tmp}", str(tmp_path / "eval")) for a in argv]
