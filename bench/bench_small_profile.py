@@ -84,11 +84,12 @@ def evaluate(
 ) -> dict:
     """The summary row of ``model`` on question set ``name``, sampled at ``temperature`` (None:
     the Conductor's default, 1.0); reuses a finished evaluation in ``out``. A ``zero_shot``
-    model (no recorded prompt style of its own) is asked with the profile's."""
+    model (no recorded prompt style or plan length of its own) is asked as the trained model is:
+    with the profile's prompt style and completion length."""
     summary = out / "summary.json"
     if not summary.is_file():
         args = ["eval", "run", *EVALS[name], "--pool", str(POOL), "--conductor", model]
-        args += ["--prompt-style", profile_prompt_style()] if zero_shot else []
+        args += profile_asking() if zero_shot else []
         args += ["--plan-grammar" if grammar else "--no-plan-grammar", "--no-progress"]
         args += [] if temperature is None else ["--conductor-temperature", str(temperature)]
         conductor(*args, "--out", str(out))
@@ -192,12 +193,15 @@ def weights_from_log(log: Path) -> str | None:
     return found
 
 
-def profile_prompt_style() -> str:
-    """The small profile's prompt style (a trained model records its own; the bare model's
-    evaluation would otherwise take the few-shot prompt, ~15x longer)."""
+def profile_asking() -> list[str]:
+    """How the small profile asks its model, as `conductor eval run` options (a trained model
+    records both; the bare model's evaluation would otherwise take the few-shot prompt, ~15x
+    longer, and 1024 tokens a plan, in which it rambles)."""
     from conductor_core.train.config import build_config
 
-    return build_config({}, stage="base", profile="small").data.prompt_style
+    config = build_config({}, stage="base", profile="small")
+    style, tokens = config.data.prompt_style, config.generation.max_completion_length
+    return ["--prompt-style", str(style), "--conductor-max-tokens", str(tokens)]
 
 
 def figures(model: str, out: Path, *, zero_shot: bool = False) -> dict[str, float]:
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-zero-shot",
         action="store_true",
-        help="Leave out the bare model's row (four evaluations of a model that rambles to its "
+        help="Leave out the bare model's row (six evaluations of a model that writes to its "
         "token limit: the slowest rows of the table on a CPU).",
     )
     args = parser.parse_args(argv)

@@ -479,6 +479,7 @@ class Conductor:
         api_key_env: str | None = None,
         plan_grammar: bool = True,
         temperature: float | None = None,
+        plan_tokens: int | None = None,
         problems: str | Path | None = None,
         rounds: int = 1,
         max_steps: int = 5,
@@ -498,6 +499,7 @@ class Conductor:
         self.api_key_env = api_key_env
         self.plan_grammar = plan_grammar
         self.temperature = temperature
+        self.plan_tokens = plan_tokens
         self.problems = problems
         self.pool_config: PoolConfig = load_pool_config(pool, problems)
         self.options: SolveOptions = solve_options(
@@ -537,6 +539,7 @@ class Conductor:
                 api_key_env=self.api_key_env,
                 plan_grammar=self.plan_grammar,
                 temperature=self.temperature,
+                plan_tokens=self.plan_tokens,
             )
         return self._source
 
@@ -592,6 +595,7 @@ class Conductor:
             "conductor_key_env": self.api_key_env,
             "plan_grammar": self.plan_grammar,
             "conductor_temperature": self.temperature,
+            "conductor_max_tokens": self.plan_tokens,
             "pool": self.pool,
             "problems": self.problems,
             "rounds": self.options.max_rounds,

@@ -52,6 +52,13 @@ def conductor_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "greedy. Default: 1.0, as GRPO sampled it in training.",
         ),
         click.option(
+            "--conductor-max-tokens",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Most tokens a learned Conductor writes for a plan. Default: the plan length a "
+            "model folder was trained with, else 1024.",
+        ),
+        click.option(
             "--conductor-key-env",
             default=None,
             help="NAME of the environment variable holding the Conductor endpoint's key.",
@@ -99,12 +106,18 @@ def make_plan_source(
     *,
     plan_grammar: bool = True,
     temperature: float | None = None,
+    plan_tokens: int | None = None,
 ):
     """Build the plan source named by ``--conductor`` (``--plan-grammar`` for local models,
-    ``--conductor-temperature``)."""
+    ``--conductor-temperature``, ``--conductor-max-tokens``)."""
     # lazy: conductor --help imports every command module; this adds ~8 ms
     from conductor_core.policy.factory import load_plan_source
 
     return load_plan_source(
-        spec, model=model, api_key_env=key_env, plan_grammar=plan_grammar, temperature=temperature
+        spec,
+        model=model,
+        api_key_env=key_env,
+        plan_grammar=plan_grammar,
+        temperature=temperature,
+        plan_tokens=plan_tokens,
     )

@@ -44,6 +44,7 @@ _FIELDS = {
     "conductor_key_env": "conductor_key_env",
     "plan_grammar": "plan_grammar",
     "conductor_temperature": "conductor_temperature",
+    "conductor_max_tokens": "conductor_max_tokens",
     "max_steps": "max_steps",
     "access_mode": "access_mode",
     "descriptors": "descriptors",

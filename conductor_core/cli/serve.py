@@ -161,6 +161,7 @@ def command(
     conductor_model: str | None,
     plan_grammar: bool,
     conductor_temperature: float | None,
+    conductor_max_tokens: int | None,
     conductor_key_env: str | None,
     problems_path: Path | None,
     max_steps: int,
@@ -248,6 +249,7 @@ def command(
         conductor_key_env,
         plan_grammar=plan_grammar,
         temperature=conductor_temperature,
+        plan_tokens=conductor_max_tokens,
     )
     app = create_app(config, pool=pool, plan_source=source)
     click.echo(

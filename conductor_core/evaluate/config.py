@@ -149,6 +149,12 @@ class EvalConfig(_Strict):
         description="Sampling temperature of a learned Conductor (a local model or a URL); 0: "
         "greedy. null: 1.0, as GRPO sampled it in training. No effect on 'scripted'.",
     )
+    conductor_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens a learned Conductor writes for a plan (null: the plan length a "
+        "model folder was trained with, else 1024). No effect on 'scripted'.",
+    )
     evaluate_conductor: bool = Field(
         default=True, description="Evaluate the Conductor (false: the baselines only)."
     )

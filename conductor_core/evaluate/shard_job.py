@@ -185,6 +185,7 @@ def run_shard(
             api_key_env=config.conductor_key_env,
             plan_grammar=config.plan_grammar,
             temperature=config.conductor_temperature,
+            plan_tokens=config.conductor_max_tokens,
         )
         name = config.conductor_name or f"conductor:{config.conductor}"
         methods.append(PlanSourceMethod(name, source, opts))

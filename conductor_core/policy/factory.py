@@ -31,6 +31,7 @@ def load_plan_source(
     api_key_env: str | None = None,
     plan_grammar: bool = True,
     temperature: float | None = None,
+    plan_tokens: int | None = None,
     **kw: Any,
 ) -> PlanSource:
     """The plan source that ``spec`` names.
@@ -56,7 +57,8 @@ def load_plan_source(
 
     ``temperature`` (a learned Conductor, local or at a URL): its sampling temperature, 0 for
     greedy decoding; None keeps the plan source's default, 1.0 (GRPO's sampling, the paper's).
-    No effect on ``"scripted"``.
+    ``plan_tokens``: the most tokens it writes for a plan; None keeps the default (a trained
+    model folder's own plan length, else 1024). Neither has an effect on ``"scripted"``.
 
     Anything else raises :class:`ConductorError` naming the accepted forms. No model is
     loaded here; only ``"tiny"`` (built on first use), ``"smollm2-135m-instruct"`` (converted on
@@ -70,6 +72,12 @@ def load_plan_source(
         if temperature < 0:
             raise ConductorError(f"the Conductor's temperature must be >= 0, got {temperature}")
         kw["temperature"] = temperature
+    if plan_tokens is not None:
+        if plan_tokens < 1:
+            raise ConductorError(f"the Conductor's plan tokens must be >= 1, got {plan_tokens}")
+        kw["max_tokens" if lowered.startswith(("http://", "https://")) else "max_new_tokens"] = (
+            plan_tokens
+        )
     if lowered == "tiny":
         return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
     if is_pretrained_name(text):

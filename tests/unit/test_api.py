@@ -152,13 +152,14 @@ def test_evaluate_inside_a_running_loop_and_through_the_conductor(tmp_path) -> N
     assert not _api_threads()
 
 
-def test_the_conductors_temperature_reaches_its_plan_source_and_evaluation(monkeypatch) -> None:
+def test_the_conductors_decoding_reaches_its_plan_source_and_evaluation(monkeypatch) -> None:
     import conductor_core.api as api
 
-    with Conductor("http://127.0.0.1:9/v1", temperature=0.0) as conductor:
-        assert conductor.plan_source.temperature == 0.0
+    with Conductor("http://127.0.0.1:9/v1", temperature=0.0, plan_tokens=96) as conductor:
+        assert (conductor.plan_source.temperature, conductor.plan_source.max_tokens) == (0.0, 96)
         monkeypatch.setattr(api, "evaluate", lambda benchmark, **fields: fields)
-        assert conductor.evaluate("demo")["conductor_temperature"] == 0.0
+        fields = conductor.evaluate("demo")
+        assert (fields["conductor_temperature"], fields["conductor_max_tokens"]) == (0.0, 96)
 
 
 def test_eval_config_is_the_clis(tmp_path) -> None:

@@ -236,8 +236,10 @@ def captured(monkeypatch) -> list[dict]:
         calls.append({"spec": spec, **kw})
         raise _Stop
 
-    monkeypatch.setattr("conductor_core.policy.factory.load_plan_source", fake)
+    # shard_job first: imported for the first time under the factory's patch, it would bind the
+    # fake by name, and monkeypatch would then "restore" the fake for the tests after this one
     monkeypatch.setattr("conductor_core.evaluate.shard_job.load_plan_source", fake)
+    monkeypatch.setattr("conductor_core.policy.factory.load_plan_source", fake)
     monkeypatch.setattr("conductor_core.cli.serve.configure_json_logging", lambda *a, **k: None)
     return calls
 
@@ -265,6 +267,16 @@ def test_commands_pass_the_conductor_temperature(captured, tmp_path, argv, value
     assert captured[-1]["temperature"] == (None if value is None else float(value))
 
 
+@COMMANDS
+@pytest.mark.parametrize("value", [None, "96"])
+def test_commands_pass_the_conductor_plan_tokens(captured, tmp_path, argv, value) -> None:
+    args = [a.replace("{tmp}", str(tmp_path / "eval")) for a in argv]
+    args += ["--conductor", "tiny"] + (["--conductor-max-tokens", value] if value else [])
+    with pytest.raises(_Stop):
+        main(args)
+    assert captured[-1]["plan_tokens"] == (None if value is None else int(value))
+
+
 def test_a_negative_conductor_temperature_is_refused(tmp_path, capsys) -> None:
     from pydantic import ValidationError
 
@@ -279,16 +291,24 @@ def test_a_negative_conductor_temperature_is_refused(tmp_path, capsys) -> None:
         EvalConfig(benchmark="demo", conductor_temperature=-0.5)
     with pytest.raises(ConductorError, match="temperature must be >= 0"):
         load_plan_source(str(tmp_path), temperature=-1.0)
+    with pytest.raises(ValidationError, match="conductor_max_tokens"):
+        EvalConfig(benchmark="demo", conductor_max_tokens=0)
+    with pytest.raises(ConductorError, match="plan tokens must be >= 1"):
+        load_plan_source(str(tmp_path), plan_tokens=0)
 
 
-def test_the_factory_sets_a_learned_conductors_temperature_only(model_dir: Path) -> None:
+def test_the_factory_sets_a_learned_conductors_decoding_only(model_dir: Path) -> None:
     from conductor_core.policy.factory import load_plan_source
 
-    assert load_plan_source(str(model_dir)).temperature == 1.0  # GRPO's sampling
-    assert load_plan_source(str(model_dir), temperature=0.0).temperature == 0.0
-    assert load_plan_source("http://127.0.0.1:9/v1", temperature=0.3).temperature == 0.3
-    scripted = load_plan_source("scripted", temperature=0.0)  # a heuristic: nothing to sample
-    assert not hasattr(scripted, "temperature")
+    local = load_plan_source(str(model_dir))
+    assert local.temperature == 1.0  # GRPO's sampling
+    assert local.max_new_tokens == 1024  # this folder records no plan length of its own
+    local = load_plan_source(str(model_dir), temperature=0.0, plan_tokens=96)
+    assert (local.temperature, local.max_new_tokens) == (0.0, 96)
+    url = load_plan_source("http://127.0.0.1:9/v1", temperature=0.3, plan_tokens=96)
+    assert (url.temperature, url.max_tokens) == (0.3, 96)
+    scripted = load_plan_source("scripted", temperature=0.0, plan_tokens=96)  # nothing to sample
+    assert not hasattr(scripted, "temperature") and not hasattr(scripted, "max_tokens")
 
 
 def test_eval_config_field_and_print_config(tmp_path, capsys) -> None:
