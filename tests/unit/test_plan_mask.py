@@ -258,23 +258,22 @@ def test_commands_decode_under_the_grammar_unless_told_not_to(
 
 
 @COMMANDS
-@pytest.mark.parametrize("value", [None, "0", "0.7"])
-def test_commands_pass_the_conductor_temperature(captured, tmp_path, argv, value) -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "key"),
+    [
+        (None, None, "temperature"),
+        ("--conductor-temperature", 0.0, "temperature"),
+        ("--conductor-temperature", 0.7, "temperature"),
+        (None, None, "plan_tokens"),
+        ("--conductor-max-tokens", 96, "plan_tokens"),
+    ],
+)
+def test_commands_pass_the_conductors_decoding(captured, tmp_path, argv, option, value, key):
     args = [a.replace("{tmp}", str(tmp_path / "eval")) for a in argv]
-    args += ["--conductor", "tiny"] + (["--conductor-temperature", value] if value else [])
+    args += ["--conductor", "tiny"] + ([option, str(value)] if option else [])
     with pytest.raises(_Stop):
         main(args)
-    assert captured[-1]["temperature"] == (None if value is None else float(value))
-
-
-@COMMANDS
-@pytest.mark.parametrize("value", [None, "96"])
-def test_commands_pass_the_conductor_plan_tokens(captured, tmp_path, argv, value) -> None:
-    args = [a.replace("{tmp}", str(tmp_path / "eval")) for a in argv]
-    args += ["--conductor", "tiny"] + (["--conductor-max-tokens", value] if value else [])
-    with pytest.raises(_Stop):
-        main(args)
-    assert captured[-1]["plan_tokens"] == (None if value is None else int(value))
+    assert captured[-1][key] == value
 
 
 def test_a_negative_conductor_temperature_is_refused(tmp_path, capsys) -> None:
