@@ -45,6 +45,8 @@ EVALS: dict[str, list[str]] = {
     "demo": ["--benchmark", "demo", "--repeats", "10"],
 }
 """The two question sets, as `conductor eval run` arguments."""
+DECODINGS = (("grammar", True, None), ("unaided", False, None), ("unaided-greedy", False, 0.0))
+"""How each model is asked: (evaluation folder suffix, plan grammar, temperature; None: 1.0)."""
 WALL = "bench: pipeline wall "
 """How ``pipeline.log`` records a finished pipeline's seconds."""
 
@@ -209,15 +211,11 @@ def figures(model: str, out: Path, *, zero_shot: bool = False) -> dict[str, floa
     greedily."""
     row: dict[str, float] = {}
     for name in EVALS:
-        grammar = evaluate(model, name, out / f"{name}-grammar", grammar=True, zero_shot=zero_shot)
-        unaided = evaluate(model, name, out / f"{name}-unaided", grammar=False, zero_shot=zero_shot)
-        greedy = evaluate(
-            model,
-            name,
-            out / f"{name}-unaided-greedy",
-            grammar=False,
-            zero_shot=zero_shot,
-            temperature=0.0,
+        grammar, unaided, greedy = (
+            evaluate(
+                model, name, out / f"{name}-{how}", grammar=on, zero_shot=zero_shot, temperature=t
+            )
+            for how, on, t in DECODINGS
         )
         row[f"{name} accuracy"] = grammar["accuracy"]
         row[f"{name} unaided accuracy"] = unaided["accuracy"]

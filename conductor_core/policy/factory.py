@@ -68,24 +68,26 @@ def load_plan_source(
     lowered = text.lower()
     if lowered == "scripted":
         return ScriptedPlanSource(**kw)
+    decoding: dict[str, Any] = {}
     if temperature is not None:
         if temperature < 0:
             raise ConductorError(f"the Conductor's temperature must be >= 0, got {temperature}")
-        kw["temperature"] = temperature
-    if plan_tokens is not None:
-        if plan_tokens < 1:
-            raise ConductorError(f"the Conductor's plan tokens must be >= 1, got {plan_tokens}")
-        kw["max_tokens" if lowered.startswith(("http://", "https://")) else "max_new_tokens"] = (
-            plan_tokens
-        )
-    if lowered == "tiny":
-        return TransformersPlanSource(default_tiny_dir(), plan_grammar=plan_grammar, **kw)
-    if is_pretrained_name(text):
-        return TransformersPlanSource(pretrained_model_dir(), plan_grammar=plan_grammar, **kw)
+        decoding["temperature"] = temperature
+    if plan_tokens is not None and plan_tokens < 1:
+        raise ConductorError(f"the Conductor's plan tokens must be >= 1, got {plan_tokens}")
     if lowered.startswith(("http://", "https://")):
-        return OpenAIPlanSource(text, model, api_key_env=api_key_env, **kw)
+        if plan_tokens is not None:
+            decoding["max_tokens"] = plan_tokens
+        return OpenAIPlanSource(text, model, api_key_env=api_key_env, **decoding, **kw)
+    if plan_tokens is not None:
+        decoding["max_new_tokens"] = plan_tokens
+    local = {"plan_grammar": plan_grammar, **decoding, **kw}
+    if lowered == "tiny":
+        return TransformersPlanSource(default_tiny_dir(), **local)
+    if is_pretrained_name(text):
+        return TransformersPlanSource(pretrained_model_dir(), **local)
     if lowered.startswith(REMOTE_MODEL_PREFIXES):
-        return TransformersPlanSource(load_model_dir(text), plan_grammar=plan_grammar, **kw)
+        return TransformersPlanSource(load_model_dir(text), **local)
     if text:
         path = Path(text).expanduser()
         if path.is_dir():
@@ -95,7 +97,7 @@ def load_plan_source(
                     f"give a directory written by save_pretrained"
                 )
 
-            return TransformersPlanSource(path, plan_grammar=plan_grammar, **kw)
+            return TransformersPlanSource(path, **local)
         if path.exists():
             raise ConductorError(f"--conductor: {text} is a file, not a model directory")
     raise ConductorError(f"--conductor: cannot use {text!r}; give {ACCEPTED_FORMS}")
